@@ -1,0 +1,1 @@
+"""specfleet tuned-config database: SQLAlchemy tables, the store, Alembic migrations."""

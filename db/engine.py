@@ -1,0 +1,79 @@
+"""Turn a database URL into a ready engine: driver chosen, folder created, schema upgraded."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from alembic.util import CommandError
+from sqlalchemy import URL, Engine, create_engine, event, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from db.errors import StoreError, one_line
+from db.migrate import upgrade_to_head
+
+SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+PG_SCHEME = "postgresql+psycopg"
+PG_CONNECT_TIMEOUT_S = 10
+
+
+def normalize_url(url: str) -> str:
+    """Send bare PostgreSQL URLs (as Heroku-style services hand them out) to psycopg 3."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return f"{PG_SCHEME}://{url[len(prefix):]}"
+    return url
+
+
+def mask_url(url: str) -> str:
+    """The URL with its password hidden, fit for messages and logs."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1:***@", url)
+
+
+def open_database(url: str) -> Engine:
+    """An engine on ``url`` whose schema is at the newest revision; StoreError if impossible."""
+    engine: Engine | None = None
+    try:
+        engine = _create_engine(make_url(normalize_url(url)))
+        with engine.begin() as connection:
+            upgrade_to_head(connection)
+    except (SQLAlchemyError, CommandError, OSError) as error:
+        if engine is not None:
+            engine.dispose()
+        raise StoreError(f"cannot open database {mask_url(url)}: {one_line(error)}") from error
+    return engine
+
+
+def _create_engine(url: URL) -> Engine:
+    backend = url.get_backend_name()
+    if backend not in SUPPORTED_BACKENDS:
+        raise ArgumentError(f"unsupported backend {backend!r}, use sqlite or postgresql")
+    if backend == "postgresql":
+        return create_engine(
+            url, pool_pre_ping=True, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S}
+        )
+    _make_parent_folder(url.database)
+    engine = create_engine(url)
+    event.listen(engine, "connect", _on_sqlite_connect)
+    event.listen(engine, "begin", _on_sqlite_begin)
+    return engine
+
+
+def _make_parent_folder(database: str | None) -> None:
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+
+
+def _on_sqlite_connect(dbapi_connection, connection_record) -> None:
+    # Foreign keys are off in SQLite unless asked for on every connection. Turning off the
+    # driver's own transaction handling lets _on_sqlite_begin start real transactions, so
+    # schema changes are atomic too (pysqlite otherwise runs DDL outside any transaction).
+    dbapi_connection.isolation_level = None
+    dbapi_connection.execute("PRAGMA foreign_keys = ON")
+
+
+def _on_sqlite_begin(connection) -> None:
+    connection.exec_driver_sql("BEGIN")

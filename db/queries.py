@@ -1,0 +1,139 @@
+"""Read-only queries behind the store's reporting methods; each returns plain dicts."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
+
+from db.tables import JOB_STATUSES, CurvePoint, Experiment, ExperimentJob, Job, TunedConfig
+
+BEST_KEYS = (
+    "target",
+    "drafter",
+    "hardware",
+    "condition",
+    "temperature",
+    "depth",
+    "accept_len",
+    "speedup",
+    "cost_ratio",
+    "spec_hash",
+    "code_version",
+    "mlflow_run_id",
+    "created_at",
+)
+
+
+def iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def _pairing_filter(
+    statement: Select, model: type, target: str | None, drafter: str | None
+) -> Select:
+    if target is not None:
+        statement = statement.where(model.target == target)
+    if drafter is not None:
+        statement = statement.where(model.drafter == drafter)
+    return statement
+
+
+def best_configs(session: Session, *, target: str | None, drafter: str | None) -> list[dict]:
+    """The newest tuned config per (target, drafter, hardware); ties go to the larger id."""
+    newest_first = func.row_number().over(
+        partition_by=(TunedConfig.target, TunedConfig.drafter, TunedConfig.hardware),
+        order_by=(TunedConfig.created_at.desc(), TunedConfig.id.desc()),
+    )
+    ranked = _pairing_filter(
+        select(TunedConfig.id, newest_first.label("rank")), TunedConfig, target, drafter
+    ).subquery()
+    rows = session.scalars(
+        select(TunedConfig)
+        .join(ranked, ranked.c.id == TunedConfig.id)
+        .where(ranked.c.rank == 1)
+        .order_by(TunedConfig.target, TunedConfig.drafter, TunedConfig.hardware)
+    )
+    return [_best_dict(row) for row in rows]
+
+
+def _best_dict(row: TunedConfig) -> dict:
+    out = {key: getattr(row, key) for key in BEST_KEYS}
+    out["created_at"] = iso(row.created_at)
+    return out
+
+
+def curve_points(session: Session, *, target: str | None, drafter: str | None) -> list[dict]:
+    statement = _pairing_filter(
+        select(CurvePoint, Job.job_hash).join(Job, Job.id == CurvePoint.job_id),
+        CurvePoint,
+        target,
+        drafter,
+    ).order_by(
+        CurvePoint.target,
+        CurvePoint.drafter,
+        CurvePoint.condition,
+        CurvePoint.temperature,
+        CurvePoint.job_id,
+        CurvePoint.depth,
+    )
+    return [
+        {
+            "depth": point.depth,
+            "cond_accept": point.cond_accept,
+            "survival": point.survival,
+            "accept_len": point.accept_len,
+            "target": point.target,
+            "drafter": point.drafter,
+            "condition": point.condition,
+            "temperature": point.temperature,
+            "job_hash": job_hash,
+        }
+        for point, job_hash in session.execute(statement)
+    ]
+
+
+def experiment_summaries(session: Session) -> list[dict]:
+    """Every experiment with ``job_counts``: how many of its jobs are in each status."""
+    counts: dict[int, dict[str, int]] = {}
+    per_status = (
+        select(ExperimentJob.experiment_id, Job.status, func.count())
+        .join(Job, Job.id == ExperimentJob.job_id)
+        .group_by(ExperimentJob.experiment_id, Job.status)
+    )
+    for experiment_id, status, count in session.execute(per_status):
+        counts.setdefault(experiment_id, {})[status] = count
+    return [
+        {
+            "id": row.id,
+            "name": row.name,
+            "spec_hash": row.spec_hash,
+            "created_at": iso(row.created_at),
+            "mlflow_run_id": row.mlflow_run_id,
+            "job_counts": {s: counts.get(row.id, {}).get(s, 0) for s in JOB_STATUSES},
+        }
+        for row in session.scalars(select(Experiment).order_by(Experiment.id))
+    ]
+
+
+def job_summaries(session: Session, experiment_id: int | None) -> list[dict]:
+    statement = select(Job).order_by(Job.id)
+    if experiment_id is not None:
+        statement = statement.join(ExperimentJob, ExperimentJob.job_id == Job.id).where(
+            ExperimentJob.experiment_id == experiment_id
+        )
+    return [
+        {
+            "job_hash": job.job_hash,
+            "kind": job.kind,
+            "name": job.name,
+            "status": job.status,
+            "attempts": job.attempts,
+            "duration_s": job.duration_s,
+            "mlflow_run_id": job.mlflow_run_id,
+            "started_at": iso(job.started_at),
+            "finished_at": iso(job.finished_at),
+            "error": job.error,
+        }
+        for job in session.scalars(statement)
+    ]

@@ -1,0 +1,270 @@
+"""The store: the only writer of the tuned-config database.
+
+Every public write runs in one transaction, so a failure leaves nothing half-written, and is
+idempotent, so a driver that restarts can replay it. Callers get plain dicts and ints back;
+ORM rows stay inside this package.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from db import queries
+from db.engine import mask_url, open_database
+from db.errors import StoreError, one_line
+from db.tables import Base, CurvePoint, Experiment, ExperimentJob, Job, TunedConfig, utc_now
+
+if TYPE_CHECKING:  # only read through attributes, so db does not import pipeline at runtime
+    from pipeline.types import Curve
+
+__all__ = ["Store", "StoreError", "TUNED_KEYS"]
+
+TUNED_KEYS = (
+    "experiment_id",
+    "target",
+    "drafter",
+    "hardware",
+    "condition",
+    "temperature",
+    "depth",
+    "accept_len",
+    "speedup",
+    "cost_ratio",
+    "spec_hash",
+    "code_version",
+    "mlflow_run_id",
+)
+
+# INSERT ... ON CONFLICT DO NOTHING, so concurrent or replayed inserts of the same key are safe.
+_INSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
+
+
+class Store:
+    """Experiments, jobs, measured curves and tuned configs in SQLite or PostgreSQL."""
+
+    def __init__(self, url: str) -> None:
+        """Open ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``), upgrade its schema.
+
+        Raises StoreError, naming the URL with its password masked, when that fails.
+        """
+        self.url = mask_url(url)
+        self._engine = open_database(url)
+        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- experiments ------------------------------------------------------------------------
+
+    def ensure_experiment(
+        self, *, name: str, spec_hash: str, spec_yaml: str, code_version: str
+    ) -> int:
+        """The id of experiment (name, spec_hash), inserting it first if it is new."""
+        with self._write("ensure_experiment") as session:
+            key = {"name": name, "spec_hash": spec_hash}
+            values = {**key, "spec_yaml": spec_yaml, "code_version": code_version}
+            _insert_ignore(session, Experiment, values)
+            return session.scalars(select(Experiment.id).filter_by(**key)).one()
+
+    def set_experiment_run(self, experiment_id: int, mlflow_run_id: str) -> None:
+        with self._write("set_experiment_run") as session:
+            result = session.execute(
+                update(Experiment)
+                .where(Experiment.id == experiment_id)
+                .values(mlflow_run_id=mlflow_run_id)
+            )
+            if result.rowcount == 0:
+                raise StoreError(f"set_experiment_run: no experiment with id {experiment_id}")
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def link_job(
+        self, experiment_id: int, *, job_hash: str, kind: str, name: str, config: dict
+    ) -> None:
+        """Record job ``job_hash`` as pending if it is new, and link it to the experiment.
+
+        A job that already exists (from this or an earlier experiment) is left as it is.
+        """
+        with self._write("link_job") as session:
+            job = {
+                "job_hash": job_hash,
+                "kind": kind,
+                "name": name,
+                "status": "pending",
+                "attempts": 0,
+                "config_json": _to_json(config, what=f"config of job {job_hash}"),
+            }
+            _insert_ignore(session, Job, job)
+            job_id = session.scalars(select(Job.id).where(Job.job_hash == job_hash)).one()
+            link = {"experiment_id": experiment_id, "job_id": job_id}
+            _insert_ignore(session, ExperimentJob, link)
+
+    def finished_result(self, job_hash: str) -> dict | None:
+        """The stored result of job ``job_hash`` if it is done, else None."""
+        with self._sessions() as session:
+            job = _find_job(session, job_hash)
+            if job is None or job.status != "done" or job.result_json is None:
+                return None
+            return json.loads(job.result_json)
+
+    def mark_running(self, job_hash: str, *, mlflow_run_id: str | None) -> None:
+        """Start a new attempt: counts it, stamps started_at, forgets the last attempt's error."""
+        with self._write("mark_running") as session:
+            job = _job(session, job_hash)
+            job.status = "running"
+            job.attempts = Job.attempts + 1
+            job.started_at = utc_now()
+            job.finished_at = None
+            job.duration_s = None
+            job.error = None
+            job.mlflow_run_id = mlflow_run_id
+
+    def mark_failed(self, job_hash: str, *, error: str) -> None:
+        with self._write("mark_failed") as session:
+            job = _job(session, job_hash)
+            _finish(job, status="failed")
+            job.error = error
+
+    def mark_done(
+        self,
+        job_hash: str,
+        *,
+        result: dict,
+        curve: tuple[str, str, Curve] | None = None,
+        tuned: dict | None = None,
+    ) -> None:
+        """Store a job's result, its curve (target, drafter, Curve) and tuned config at once.
+
+        A curve replaces any rows the job stored before; a tuned config updates the job's one
+        row in place (keeping its id and created_at). ``tuned`` needs exactly TUNED_KEYS.
+        """
+        with self._write("mark_done") as session:
+            job = _job(session, job_hash)
+            _finish(job, status="done")
+            job.result_json = _to_json(result, what=f"result of job {job_hash}")
+            job.error = None
+            if curve is not None:
+                _replace_curve(session, job.id, *curve)
+            if tuned is not None:
+                _upsert_tuned(session, job, tuned)
+
+    # -- reports ----------------------------------------------------------------------------
+
+    def best(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
+        """The newest tuned config per (target, drafter, hardware), sorted by target, drafter."""
+        with self._sessions() as session:
+            return queries.best_configs(session, target=target, drafter=drafter)
+
+    def curve_rows(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
+        with self._sessions() as session:
+            return queries.curve_points(session, target=target, drafter=drafter)
+
+    def experiments(self) -> list[dict]:
+        with self._sessions() as session:
+            return queries.experiment_summaries(session)
+
+    def jobs(self, experiment_id: int | None = None) -> list[dict]:
+        with self._sessions() as session:
+            return queries.job_summaries(session, experiment_id)
+
+    @contextmanager
+    def _write(self, action: str) -> Iterator[Session]:
+        """One transaction: committed when the block ends, rolled back on any exception."""
+        try:
+            with self._sessions.begin() as session:
+                yield session
+        except IntegrityError as error:
+            raise StoreError(f"{action} refused by {self.url}: {one_line(error)}") from error
+
+
+def _insert_ignore(session: Session, model: type[Base], values: dict) -> None:
+    """Insert unless a row with the same primary or unique key already exists."""
+    insert = _INSERT[session.get_bind().dialect.name]
+    session.execute(insert(model.__table__).values(**values).on_conflict_do_nothing())
+
+
+def _find_job(session: Session, job_hash: str) -> Job | None:
+    return session.scalars(select(Job).where(Job.job_hash == job_hash)).one_or_none()
+
+
+def _job(session: Session, job_hash: str) -> Job:
+    job = _find_job(session, job_hash)
+    if job is None:
+        raise StoreError(f"no job with job_hash {job_hash}: link_job it first")
+    return job
+
+
+def _finish(job: Job, *, status: str) -> None:
+    job.status = status
+    job.finished_at = utc_now()
+    job.duration_s = _seconds_between(job.started_at, job.finished_at)
+
+
+def _seconds_between(start: datetime | None, end: datetime) -> float | None:
+    return None if start is None else (end - start).total_seconds()
+
+
+def _to_json(value: dict, *, what: str) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise StoreError(f"{what} is not plain JSON: {error}") from error
+
+
+def _replace_curve(
+    session: Session, job_id: int, target: str, drafter: str, curve: Curve
+) -> None:
+    """One row per depth 1..max_depth; depth 0 (accept_len 1, no drafting) is implied."""
+    depths = curve.max_depth
+    if len(curve.cond_accept) != depths or len(curve.accept_len) != depths + 1:
+        raise StoreError(
+            f"curve {target}/{drafter}: need max_depth={depths} cond_accept and survival values "
+            f"and {depths + 1} accept_len values, got {len(curve.cond_accept)}, {depths}, "
+            f"{len(curve.accept_len)}"
+        )
+    session.execute(delete(CurvePoint).where(CurvePoint.job_id == job_id))
+    session.add_all(
+        CurvePoint(
+            job_id=job_id,
+            target=target,
+            drafter=drafter,
+            condition=curve.condition,
+            temperature=curve.temperature,
+            depth=depth,
+            cond_accept=curve.cond_accept[depth - 1],
+            survival=curve.survival[depth - 1],
+            accept_len=curve.accept_len[depth],
+        )
+        for depth in range(1, depths + 1)
+    )
+    session.flush()  # so a duplicate depth fails here, inside this transaction
+
+
+def _upsert_tuned(session: Session, job: Job, tuned: dict) -> None:
+    missing = [key for key in TUNED_KEYS if key not in tuned]
+    unknown = sorted(set(tuned) - set(TUNED_KEYS))
+    if missing or unknown:
+        raise StoreError(
+            f"tuned config of job {job.job_hash}: missing keys {missing}, unknown keys {unknown}"
+        )
+    row = session.scalars(select(TunedConfig).where(TunedConfig.job_id == job.id)).one_or_none()
+    if row is None:
+        row = TunedConfig(job_id=job.id)
+        session.add(row)
+    for key in TUNED_KEYS:
+        setattr(row, key, tuned[key])
+    session.flush()  # so a bad experiment_id fails here, inside this transaction

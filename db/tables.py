@@ -1,0 +1,179 @@
+"""ORM tables of the tuned-config database.
+
+Column names follow the metric names used everywhere else (``depth``, ``cond_accept``,
+``survival``, ``accept_len``, ``cost_ratio``). Rows never leave the ``db`` package: the store
+turns them into plain dicts. ``migrations/versions`` must create exactly these tables;
+``tests/test_store.py`` checks that the two agree.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+JOB_STATUSES = ("pending", "running", "done", "failed")
+
+NAME_LEN = 255  # model ids and local paths, experiment and job names, hardware descriptions
+HASH_LEN = 64  # sha256 hex digests
+TAG_LEN = 64  # job kinds, statuses, conditions, MLflow run ids, code versions
+
+# Named constraints, so the migration can name them identically and later migrations can
+# drop or alter them by name on both backends.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend.
+
+    PostgreSQL stores ``timestamptz``; SQLite keeps no offset, so values are written as UTC and
+    the offset is attached again on read. Naive datetimes are refused rather than guessed at.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware datetime")
+        return value.astimezone(timezone.utc)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Experiment(Base):
+    """One experiment spec, identified by its name and the hash of its content."""
+
+    __tablename__ = "experiments"
+    __table_args__ = (UniqueConstraint("name", "spec_hash"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_LEN))
+    spec_hash: Mapped[str] = mapped_column(String(HASH_LEN))
+    spec_yaml: Mapped[str] = mapped_column(Text)
+    code_version: Mapped[str] = mapped_column(String(TAG_LEN))
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(TAG_LEN))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utc_now)
+
+
+class Job(Base):
+    """One unit of work keyed by the content hash of its config; shared by experiments."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN (" + ", ".join(f"'{s}'" for s in JOB_STATUSES) + ")", name="status"
+        ),
+        CheckConstraint("attempts >= 0", name="attempts"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_hash: Mapped[str] = mapped_column(String(HASH_LEN), unique=True)
+    kind: Mapped[str] = mapped_column(String(TAG_LEN))
+    name: Mapped[str] = mapped_column(String(NAME_LEN))
+    status: Mapped[str] = mapped_column(String(TAG_LEN))
+    attempts: Mapped[int] = mapped_column(Integer)
+    config_json: Mapped[str] = mapped_column(Text)
+    result_json: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(TAG_LEN))
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    duration_s: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utc_now)
+
+
+class ExperimentJob(Base):
+    """Which experiments use which jobs: a finished job is reused by later experiments."""
+
+    __tablename__ = "experiment_jobs"
+    __table_args__ = (Index(None, "job_id"),)
+
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+
+
+class CurvePoint(Base):
+    """Acceptance at one depth (1..max_depth) of one measured curve.
+
+    Depth 0 is not stored: it has no cond_accept or survival, and its accept_len is always 1.
+    """
+
+    __tablename__ = "curves"
+    __table_args__ = (
+        UniqueConstraint("job_id", "condition", "temperature", "depth"),
+        CheckConstraint("depth >= 1", name="depth"),
+        Index(None, "target", "drafter"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    target: Mapped[str] = mapped_column(String(NAME_LEN))
+    drafter: Mapped[str] = mapped_column(String(NAME_LEN))
+    condition: Mapped[str] = mapped_column(String(TAG_LEN))
+    temperature: Mapped[float] = mapped_column(Float)
+    depth: Mapped[int] = mapped_column(Integer)
+    cond_accept: Mapped[float] = mapped_column(Float)
+    survival: Mapped[float] = mapped_column(Float)
+    accept_len: Mapped[float] = mapped_column(Float)
+
+
+class TunedConfig(Base):
+    """The chosen depth for one pairing on one hardware, with what is needed to reproduce it."""
+
+    __tablename__ = "tuned_configs"
+    __table_args__ = (
+        CheckConstraint("depth >= 0", name="depth"),
+        Index(None, "target", "drafter", "hardware"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), unique=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"))
+    target: Mapped[str] = mapped_column(String(NAME_LEN))
+    drafter: Mapped[str] = mapped_column(String(NAME_LEN))
+    hardware: Mapped[str] = mapped_column(String(NAME_LEN))
+    condition: Mapped[str] = mapped_column(String(TAG_LEN))
+    temperature: Mapped[float] = mapped_column(Float)
+    depth: Mapped[int] = mapped_column(Integer)
+    accept_len: Mapped[float] = mapped_column(Float)
+    speedup: Mapped[float] = mapped_column(Float)
+    cost_ratio: Mapped[float] = mapped_column(Float)
+    spec_hash: Mapped[str] = mapped_column(String(HASH_LEN))
+    code_version: Mapped[str] = mapped_column(String(TAG_LEN))
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(TAG_LEN))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utc_now)

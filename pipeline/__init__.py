@@ -1,0 +1,1 @@
+"""specfleet driver side: spec, planning, execution on Ray, tracking, depth choice, CLI."""

@@ -1,0 +1,249 @@
+"""The experiment spec: the one place for experiment knobs (DESIGN.md rule 4).
+
+`load_spec(path)` parses the YAML, validates it with pydantic (unknown keys rejected) and
+raises `SpecError` carrying every problem at once as `field.path: message (line N)`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+
+from pipeline.errors import SpecError
+from pipeline.yaml_lines import line_of
+
+JOB_KINDS = ("train_target", "train_drafter", "measure_curve", "profile_cost", "select_depth")
+DRAFTER_KINDS = ("eagle3",)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TrainTarget(Strict):
+    steps: int = Field(300, ge=1)
+    lr: float = Field(2e-3, gt=0)
+    batch_size: int = Field(16, ge=1)
+    seq_len: int = Field(128, ge=8)
+
+
+class BuiltinTarget(Strict):
+    """A tiny Llama-architecture target trained in-process on a built-in corpus."""
+
+    layers: int = Field(4, ge=4, description="at least 4 so low/mid/high captures are distinct")
+    hidden_size: int = Field(128, ge=16)
+    heads: int = Field(4, ge=1)
+    intermediate_size: int = Field(384, ge=16)
+    vocab_size: int = Field(1024, ge=300, le=65536)
+    corpus: Literal["stdlib", "pydoc"] = "stdlib"
+    train: TrainTarget = TrainTarget()
+
+    @model_validator(mode="after")
+    def _heads_divide(self):
+        if self.hidden_size % self.heads:
+            raise ValueError(f"hidden_size {self.hidden_size} must be divisible by heads {self.heads}")
+        if (self.hidden_size // self.heads) % 2:
+            raise ValueError("hidden_size / heads must be even (rotary embeddings)")
+        return self
+
+
+class Target(Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    builtin: BuiltinTarget | None = None
+    hf: str | None = Field(None, description="Hugging Face id or local path of a causal LM")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.builtin is None) == (self.hf is None):
+            raise ValueError("give exactly one of 'builtin' or 'hf'")
+        if self.hf is not None and _looks_like_path(self.hf):
+            p = Path(self.hf).expanduser()
+            if not (p / "config.json").is_file():
+                raise ValueError(f"hf: no model at local path {self.hf} (config.json not found)")
+        return self
+
+
+class TrainDrafter(Strict):
+    ttt_depth: int = Field(2, ge=1, le=16)
+    steps: int = Field(200, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    batch_size: int = Field(16, ge=1)
+    seq_len: int = Field(128, ge=8)
+    corpus: Literal["stdlib", "pydoc"] = "stdlib"
+
+
+class Eagle3Drafter(Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    kind: Literal["eagle3"] = "eagle3"
+    norm: Literal["pre", "post"] = "pre"
+    fc_norm: bool = False
+    fusion: Literal["tri", "last"] = "tri"
+    train: TrainDrafter = TrainDrafter()
+
+
+def _drafter_kind(value) -> str:
+    kind = value.get("kind", "eagle3") if isinstance(value, dict) else getattr(value, "kind", None)
+    return kind if kind in DRAFTER_KINDS else "eagle3"
+
+
+# A registry of drafter kinds: each kind is one model class, selected by the `kind` field.
+Drafter = Annotated[Annotated[Eagle3Drafter, Tag("eagle3")], Discriminator(_drafter_kind)]
+
+
+class Pairing(Strict):
+    target: str
+    drafter: str
+
+
+class Evaluation(Strict):
+    max_depth: int = Field(6, ge=1, le=32)
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    num_prompts: int = Field(32, ge=1)
+    prompt_len: int = Field(48, ge=4, description="tokens of held-out text before the chains")
+    continuation_len: int = Field(32, ge=1, description="target-generated tokens; one chain starts at each")
+    corpus: Literal["stdlib", "pydoc"] = "stdlib"
+
+
+class Cost(Strict):
+    context_len: int = Field(128, ge=1, description="cached context length the steps are timed at")
+    warmup: int = Field(3, ge=0)
+    repeats: int = Field(10, ge=1)
+    cost_ratio: float | None = Field(None, gt=0, description="override the measured draft/decode ratio")
+
+
+class Resources(Strict):
+    num_cpus: float = Field(1, ge=0)
+    num_gpus: float = Field(0, ge=0)
+
+
+def _default_resources() -> dict[str, Resources]:
+    return {k: Resources() for k in JOB_KINDS}
+
+
+class ExperimentSpec(Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    seed: int = 0
+    targets: list[Target] = Field(min_length=1)
+    drafters: list[Drafter] = Field(min_length=1)
+    pairings: Literal["all"] | list[Pairing] = "all"
+    evaluation: Evaluation = Evaluation()
+    cost: Cost = Cost()
+    resources: dict[Literal[JOB_KINDS], Resources] = Field(default_factory=_default_resources)
+
+    def resources_for(self, kind: str) -> Resources:
+        return self.resources.get(kind, Resources())
+
+    def pairing_list(self) -> list[tuple[Target, Eagle3Drafter]]:
+        """The (target, drafter) pairs to run, in spec order."""
+        if self.pairings == "all":
+            return [(t, d) for t in self.targets for d in self.drafters]
+        by_t = {t.name: t for t in self.targets}
+        by_d = {d.name: d for d in self.drafters}
+        return [(by_t[p.target], by_d[p.drafter]) for p in self.pairings]
+
+    def content_hash(self) -> str:
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def cross_check(data: dict) -> list[tuple[tuple, str]]:
+    """Checks across fields, run on the raw YAML so they report alongside field errors."""
+    problems: list[tuple[tuple, str]] = []
+    names: dict[str, set] = {}
+    for field in ("targets", "drafters"):
+        seen: set = set()
+        items = data.get(field)
+        for i, item in enumerate(items if isinstance(items, list) else []):
+            name = item.get("name") if isinstance(item, dict) else None
+            if name in seen:
+                problems.append(((field, i, "name"), f"duplicate name '{name}'"))
+            seen.add(name)
+        names[field] = seen
+    pairings = data.get("pairings")
+    for i, p in enumerate(pairings if isinstance(pairings, list) else []):
+        for key, field in (("target", "targets"), ("drafter", "drafters")):
+            if isinstance(p, dict) and key in p and p[key] not in names[field]:
+                have = sorted(n for n in names[field] if isinstance(n, str))
+                problems.append((("pairings", i, key), f"unknown {key} '{p[key]}' (have {have})"))
+    return problems
+
+
+def _looks_like_path(s: str) -> bool:
+    return s.startswith(("/", "./", "../", "~")) or Path(s).exists()
+
+
+def _field_path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif str(part).startswith(("function-after", "function-wrap", "tagged-union")):
+            continue  # pydantic's internal validator names are not fields the user wrote
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _clean_loc(loc: tuple) -> tuple:
+    # A discriminated union puts the tag value (the drafter kind) right after the list index: drop it.
+    out: list = []
+    for part in loc:
+        if out[-2:-1] == ["drafters"] and isinstance(out[-1], int) and part in DRAFTER_KINDS:
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def parse_spec(text: str, source: str = "<spec>") -> ExperimentSpec:
+    """Validate YAML text; raise SpecError listing every problem with its YAML line."""
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(source, [f"(yaml): {problem}{where}"]) from None
+    if not isinstance(data, dict):
+        raise SpecError(source, ["(top level): must be a mapping of experiment fields"])
+    problems = cross_check(data)
+    try:
+        spec = ExperimentSpec.model_validate(data)
+    except ValidationError as exc:
+        problems += [_describe(err) for err in exc.errors()]
+        spec = None
+    if problems:
+        messages = []
+        for loc, msg in problems:
+            line = line_of(root, loc)
+            where = f" (line {line})" if line else ""
+            messages.append(f"{_field_path(loc)}: {msg}{where}")
+        raise SpecError(source, messages)
+    return spec
+
+
+def _describe(err: dict) -> tuple[tuple, str]:
+    loc = _clean_loc(tuple(err["loc"]))
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif loc and loc[-1] == "[key]":
+        loc = loc[:-1]
+        msg = f"unknown job kind; use one of {', '.join(JOB_KINDS)}"
+    elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], (dict, list)):
+        msg = f"{msg}, got {err['input']!r}"
+    return loc, msg
+
+
+def load_spec(path: str | Path) -> tuple[ExperimentSpec, str]:
+    """Read and validate a spec file; return the spec and its raw text."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(str(path), [f"(file): no such spec file {path}"])
+    text = p.read_text(encoding="utf-8")
+    return parse_spec(text, str(path)), text

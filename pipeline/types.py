@@ -1,0 +1,92 @@
+"""Small frozen result types that cross package boundaries (workers -> driver -> db/MLflow).
+
+They hold plain Python numbers only, so the driver, the database and MLflow never need torch.
+Metric names follow REFERENCE.md section 2 everywhere.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Acceptance versus depth for one pairing under one evaluation condition.
+
+    Lists are indexed by depth: ``cond_accept[j-1]`` and ``survival[j-1]`` for j = 1..max_depth,
+    ``accept_len[k]`` for k = 0..max_depth (``accept_len[0] == 1``: no draft, bonus token only).
+    """
+
+    condition: str
+    temperature: float
+    num_chains: int
+    cond_accept: tuple[float, ...]
+    survival: tuple[float, ...]
+    accept_len: tuple[float, ...]
+
+    @property
+    def max_depth(self) -> int:
+        return len(self.survival)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Curve":
+        return cls(
+            condition=d["condition"],
+            temperature=float(d["temperature"]),
+            num_chains=int(d["num_chains"]),
+            cond_accept=tuple(float(x) for x in d["cond_accept"]),
+            survival=tuple(float(x) for x in d["survival"]),
+            accept_len=tuple(float(x) for x in d["accept_len"]),
+        )
+
+
+@dataclass(frozen=True)
+class CostProfile:
+    """Timings of one drafter step and one target pass, measured on one worker's device."""
+
+    hardware: str  # e.g. "cpu x1 float32" or "NVIDIA H100 80GB HBM3 x1 bfloat16"
+    draft_ms: float  # one drafter step (one new token against a cached context)
+    decode_ms: float  # one target decode step (one new token against a cached context)
+    verify_ms: float  # one target pass over max_depth + 1 new tokens
+
+    @property
+    def cost_ratio(self) -> float:
+        return self.draft_ms / self.decode_ms
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CostProfile":
+        return cls(
+            hardware=d["hardware"],
+            draft_ms=float(d["draft_ms"]),
+            decode_ms=float(d["decode_ms"]),
+            verify_ms=float(d["verify_ms"]),
+        )
+
+
+@dataclass(frozen=True)
+class DepthChoice:
+    """The depth that maximises the predicted speedup for one pairing."""
+
+    depth: int
+    accept_len: float
+    speedup: float
+    cost_ratio: float
+    speedups: tuple[float, ...]  # predicted speedup at every k = 0..max_depth
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DepthChoice":
+        return cls(
+            depth=int(d["depth"]),
+            accept_len=float(d["accept_len"]),
+            speedup=float(d["speedup"]),
+            cost_ratio=float(d["cost_ratio"]),
+            speedups=tuple(float(x) for x in d["speedups"]),
+        )

@@ -1,0 +1,1 @@
+"""specfleet workers: everything that touches torch (corpora, models, drafters, measurement)."""

@@ -1,0 +1,67 @@
+"""Built-in corpora that exist on every machine with Python, split into train and held-out.
+
+`stdlib`: the Python standard library's own source files (code).
+`pydoc`:  `pydoc_data.topics` (English prose from the Python reference manual).
+The split is by document, decided by a hash of the document's name, so it is stable across
+machines and runs; held-out documents never reach training.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+import sysconfig
+from functools import lru_cache
+from pathlib import Path
+
+HELDOUT_PERCENT = 10
+MAX_CHARS = 6_000_000  # enough for every built-in training budget; keeps tokenising fast
+
+
+def _is_heldout(name: str) -> bool:
+    return int(hashlib.sha256(name.encode()).hexdigest(), 16) % 100 < HELDOUT_PERCENT
+
+
+@lru_cache(maxsize=None)
+def _documents(corpus: str) -> tuple[tuple[str, str], ...]:
+    """(name, text) pairs, sorted by name."""
+    if corpus == "stdlib":
+        root = Path(sysconfig.get_paths()["stdlib"])
+        docs = []
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith(("site-packages/", "test/", "idlelib/idle_test/")) or "/tests/" in rel:
+                continue
+            try:
+                docs.append((rel, path.read_text(encoding="utf-8")))
+            except (UnicodeDecodeError, OSError):
+                continue  # a handful of stdlib files are deliberately not UTF-8
+        return tuple(docs)
+    if corpus == "pydoc":
+        from pydoc_data.topics import topics
+
+        return tuple(sorted(topics.items()))
+    raise ValueError(f"unknown corpus '{corpus}' (built-in corpora: stdlib, pydoc)")
+
+
+def documents(corpus: str, split: str, max_chars: int = MAX_CHARS) -> list[str]:
+    """Texts of one split ('train' or 'heldout'), in a fixed order, capped at max_chars in total."""
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+    want_heldout = split == "heldout"
+    out, total = [], 0
+    for name, text in _documents(corpus):
+        if _is_heldout(name) != want_heldout or not text.strip():
+            continue
+        out.append(text)
+        total += len(text)
+        if total >= max_chars:
+            break
+    return out
+
+
+def fingerprint(corpus: str) -> str:
+    """A short id of the corpus as this machine has it (Python version and document names/sizes)."""
+    h = hashlib.sha256(f"{sys.version_info[:2]}".encode())
+    for name, text in _documents(corpus):
+        h.update(f"{name}:{len(text)};".encode())
+    return h.hexdigest()[:16]

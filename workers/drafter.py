@@ -1,0 +1,220 @@
+"""The EAGLE-3-style drafter: one class, variants are constructor switches (REFERENCE.md section 3).
+
+Position i of the drafter reads token x_{i+1} and a hidden input g_i, and predicts x_{i+2}.
+At chain step 0, g_i is the fusion of the target's captured hidden states at position i. At
+chain step s >= 1, g_i is the drafter's own output at position i-1 of step s-1: raw (`pre`
+norm, EAGLE-3) or after the final RMSNorm (`post` norm, the attention-drift fix).
+
+`forward_steps` unrolls every chain step over a whole sequence at once (training-time test and
+batched measurement); `prefill` + `step` run one chain incrementally with a KV cache (decoding
+and cost timing). Both compute the same function; a test holds them equal.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class StepOut(NamedTuple):
+    logits: torch.Tensor  # [B, T, V]
+    chain: torch.Tensor  # [B, T, d] what the next step receives
+    probs: torch.Tensor  # [B, H, T, T + s]
+    picked: torch.Tensor | None  # [B, T] drafted tokens (drafting mode only)
+
+
+@dataclass(frozen=True)
+class DrafterConfig:
+    hidden_size: int
+    heads: int
+    intermediate_size: int
+    vocab_size: int
+    capture_layers: tuple[int, ...]  # indices into the target's output_hidden_states
+    norm: str = "pre"  # "pre" | "post"
+    fc_norm: bool = False
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DrafterConfig":
+        return cls(**{**d, "capture_layers": tuple(d["capture_layers"])})
+
+
+def capture_layers(num_layers: int, fusion: str) -> tuple[int, ...]:
+    """Which `hidden_states[i]` feed the drafter.
+
+    tri: EAGLE-3's low/mid/high = (2, N//2, N-3) for N >= 8 layers; for shallower targets
+    (1, N//2, N-1) so the three streams stay distinct. last: the final hidden state (EAGLE-1).
+    """
+    if fusion == "last":
+        return (num_layers,)
+    if num_layers >= 8:
+        return (2, num_layers // 2, num_layers - 3)
+    return (1, num_layers // 2, num_layers - 1)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def _rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding. x: [B, H, T, dh], pos: [T] absolute positions."""
+    dh = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, dh, 2, device=x.device, dtype=torch.float32) / dh))
+    ang = pos.to(torch.float32)[:, None] * inv[None, :]  # [T, dh/2]
+    cos = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype)
+    sin = torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
+    half = dh // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rotated * sin
+
+
+class Eagle3Drafter(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        self.cfg = cfg
+        d, n = cfg.hidden_size, len(cfg.capture_layers)
+        self.head_dim = d // cfg.heads
+        self.embed = nn.Embedding(cfg.vocab_size, d)
+        self.embed.weight.requires_grad_(False)  # copied from the target, frozen
+        self.stream_norms = nn.ModuleList([RMSNorm(d, cfg.rms_eps) for _ in range(n)]) if cfg.fc_norm else None
+        self.fc = nn.Linear(n * d, d, bias=False)
+        self.input_norm = RMSNorm(d, cfg.rms_eps)
+        self.hidden_norm = RMSNorm(d, cfg.rms_eps)
+        self.q_proj = nn.Linear(2 * d, d, bias=False)
+        self.k_proj = nn.Linear(2 * d, d, bias=False)
+        self.v_proj = nn.Linear(2 * d, d, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+        self.post_attn_norm = RMSNorm(d, cfg.rms_eps)
+        self.gate_proj = nn.Linear(d, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(d, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, d, bias=False)
+        self.final_norm = RMSNorm(d, cfg.rms_eps)
+        self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False)
+
+    # ---- pieces shared by both execution modes -------------------------------------------
+    def fuse(self, streams: list[torch.Tensor]) -> torch.Tensor:
+        """g = fc(cat(low, mid, high)), each stream optionally RMS-normed first. -> [..., d]"""
+        if self.stream_norms is not None:
+            streams = [norm(s) for norm, s in zip(self.stream_norms, streams)]
+        return self.fc(torch.cat(streams, dim=-1))
+
+    def _qkv(self, tokens: torch.Tensor, g: torch.Tensor, pos: torch.Tensor):
+        """tokens: [B, T], g: [B, T, d], pos: [T] -> q, k, v: [B, H, T, dh] (rotary applied)."""
+        x = torch.cat([self.input_norm(self.embed(tokens)), self.hidden_norm(g)], dim=-1)  # [B, T, 2d]
+        B, T, _ = x.shape
+        split = lambda t: t.view(B, T, self.cfg.heads, self.head_dim).transpose(1, 2)  # noqa: E731
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        return _rope(q, pos, self.cfg.rope_theta), _rope(k, pos, self.cfg.rope_theta), v
+
+    def _finish(self, g: torch.Tensor, attn_out: torch.Tensor):
+        """Residual sum and MLP. attn_out: [B, H, T, dh] -> (h raw [B, T, d], logits [B, T, V])."""
+        B, H, T, dh = attn_out.shape
+        h = g + self.o_proj(attn_out.transpose(1, 2).reshape(B, T, H * dh))
+        m = self.post_attn_norm(h)
+        h = h + self.down_proj(F.silu(self.gate_proj(m)) * self.up_proj(m))
+        normed = self.final_norm(h)
+        return h, self.lm_head(normed), normed
+
+    def chain_input(self, h: torch.Tensor, normed: torch.Tensor) -> torch.Tensor:
+        """What step k+1 receives from step k: raw h (pre-norm) or norm(h) (post-norm)."""
+        return normed if self.cfg.norm == "post" else h
+
+    # ---- all chain steps over a whole sequence --------------------------------------------
+    def forward_steps(self, tokens: torch.Tensor, g0: torch.Tensor, num_steps: int, *, pick=None):
+        """Unroll `num_steps` chain steps at every position.
+
+        tokens: [B, T] token read at each position in step 0 (x_{i+1}); g0: [B, T, d] fused features.
+        pick: None = teacher forcing (training): every step reads `tokens`;
+              a function logits [B, T, V] -> tokens [B, T] = drafting: step s at position i
+              reads the draft that step s-1 picked at position i-1.
+        Step s at position i continues the chain that started at c = i - s: it attends to step-0
+        keys at positions <= c and to the chain's own keys (step s - (i - p) at position p > c).
+        Returns one StepOut per step (logits [B, T, V], chain input [B, T, d] it hands on,
+        attention probs [B, H, T, T + s] over step-0 keys then the chain's own, picked tokens).
+        """
+        B, T = tokens.shape
+        pos = torch.arange(T, device=tokens.device)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        ks, vs, outs = [], [], []
+        g, tok = g0, tokens
+        for s in range(num_steps):
+            q, k, v = self._qkv(tok, g, pos)
+            ks.append(k)
+            vs.append(v)
+            # step-0 keys at p <= i - s: [B, H, T, T]
+            base = (q @ ks[0].transpose(-1, -2)) * scale
+            allowed = (pos[None, :] <= pos[:, None] - s)
+            base = base.masked_fill(~allowed, float("-inf"))
+            diag_scores, diag_vals = [], []
+            for sp in range(1, s + 1):  # the chain's own keys: step sp sits at position i - (s - sp)
+                shift = s - sp
+                k_sh, v_sh = _shift_right(ks[sp], shift), _shift_right(vs[sp], shift)
+                sc = (q * k_sh).sum(-1, keepdim=True) * scale  # [B, H, T, 1]
+                valid = (pos >= shift)[None, None, :, None]
+                diag_scores.append(sc.masked_fill(~valid, float("-inf")))
+                diag_vals.append(v_sh)
+            # every row keeps at least one key: p = 0 at step 0, its own position at step s >= 1
+            probs = torch.softmax(torch.cat([base] + diag_scores, dim=-1), dim=-1)  # [B, H, T, T + s]
+            attn = probs[..., :T] @ vs[0]
+            for j, v_sh in enumerate(diag_vals):
+                attn = attn + probs[..., T + j : T + j + 1] * v_sh
+            h, logits, normed = self._finish(g, attn)
+            picked = pick(logits) if pick is not None else None
+            outs.append(StepOut(logits, self.chain_input(h, normed), probs, picked))
+            g = _shift_right(self.chain_input(h, normed), 1, dim=1)  # position i gets step s at i-1
+            if picked is not None:
+                tok = _shift_right(picked, 1, dim=1)
+        return outs
+
+    # ---- one chain, incrementally, with a KV cache ----------------------------------------
+    def prefill(self, tokens: torch.Tensor, g0: torch.Tensor):
+        """Step 0 over positions 0..T-1. Returns (cache, logits at T-1 [B, V], chain input [B, d])."""
+        q, k, v = self._qkv(tokens, g0, torch.arange(tokens.shape[1], device=tokens.device))
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        h, logits, normed = self._finish(g0, attn)
+        return (k, v), logits[:, -1], self.chain_input(h, normed)[:, -1]
+
+    def step(self, token: torch.Tensor, g: torch.Tensor, cache, pos: int):
+        """One chain step at absolute position `pos`. token: [B], g: [B, d].
+
+        Returns (new cache, logits [B, V], chain input for the next step [B, d]).
+        """
+        q, k, v = self._qkv(token[:, None], g[:, None, :], torch.tensor([pos], device=token.device))
+        k_all, v_all = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        attn = F.scaled_dot_product_attention(q, k_all, v_all)  # the new query sees every cached key
+        h, logits, normed = self._finish(g[:, None, :], attn)
+        return (k_all, v_all), logits[:, 0], self.chain_input(h, normed)[:, 0]
+
+
+def _shift_right(x: torch.Tensor, n: int, dim: int = 2) -> torch.Tensor:
+    """Move entries n places to higher positions along dim, filling with zeros."""
+    if n == 0:
+        return x
+    pad = torch.zeros_like(x.narrow(dim, 0, n))
+    return torch.cat([pad, x.narrow(dim, 0, x.shape[dim] - n)], dim=dim)
+
+
+def drafter_from_target(target, cfg: DrafterConfig) -> Eagle3Drafter:
+    """A fresh drafter whose embedding (frozen) and LM head (trainable) start from the target's."""
+    drafter = Eagle3Drafter(cfg)
+    with torch.no_grad():
+        drafter.embed.weight.copy_(target.get_input_embeddings().weight.float())
+        drafter.lm_head.weight.copy_(target.get_output_embeddings().weight.float())
+    return drafter

@@ -1,0 +1,121 @@
+"""Targets: tiny Llama-architecture models trained in-process, or any Hugging Face causal LM.
+
+Both end up as a Hugging Face folder loaded with `from_pretrained`, so the built-in path and
+the real-model path share one loader.
+"""
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from workers.checkpoint import Files, materialise, pack_dir
+from workers.tokenizer import sample_windows, token_stream, train_tokenizer
+
+
+def build_tiny_llama(*, vocab_size, hidden_size, layers, heads, intermediate_size, max_positions, tokenizer):
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=max_positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(config)
+
+
+def train_builtin_target(*, builtin: dict, seed: int, progress=None) -> tuple[Files, dict]:
+    """Train tokenizer and model on the built-in corpus; return the packed folder and metrics."""
+    torch.manual_seed(seed)
+    train = builtin["train"]
+    tokenizer = train_tokenizer(builtin["corpus"], builtin["vocab_size"])
+    chars = max(500_000, train["steps"] * train["batch_size"] * train["seq_len"] * 4)
+    stream = token_stream(tokenizer, builtin["corpus"], "train", max_chars=chars)
+    val = token_stream(tokenizer, builtin["corpus"], "heldout", max_chars=300_000)
+    model = build_tiny_llama(
+        vocab_size=len(tokenizer),
+        hidden_size=builtin["hidden_size"],
+        layers=builtin["layers"],
+        heads=builtin["heads"],
+        intermediate_size=builtin["intermediate_size"],
+        max_positions=4096,
+        tokenizer=tokenizer,
+    )
+    opt = torch.optim.AdamW(model.parameters(), lr=train["lr"], weight_decay=0.01)
+    gen = torch.Generator().manual_seed(seed)
+    steps, t0, loss = train["steps"], time.perf_counter(), float("nan")
+    model.train()
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = _cosine_lr(train["lr"], step, steps)
+        batch = sample_windows(stream, train["batch_size"], train["seq_len"], tokenizer.bos_token_id, gen)
+        loss_t = model(input_ids=batch, labels=batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss_t.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss = loss_t.item()
+        if progress is not None:
+            progress(step + 1, steps, loss)
+    seconds = time.perf_counter() - t0
+    val_loss = _eval_loss(model, val, train["seq_len"], tokenizer.bos_token_id, seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        files = pack_dir(tmp)
+    metrics = {
+        "train_loss": loss,
+        "val_loss": val_loss,
+        "train_seconds": seconds,
+        "tokens_per_s": steps * train["batch_size"] * train["seq_len"] / seconds,
+        "num_params": sum(p.numel() for p in model.parameters()),
+    }
+    return files, metrics
+
+
+def _cosine_lr(base: float, step: int, steps: int, warmup: int = 20) -> float:
+    if step < warmup:
+        return base * (step + 1) / warmup
+    return base * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+
+@torch.no_grad()
+def _eval_loss(model, stream: torch.Tensor, seq_len: int, bos_id: int, seed: int, batches: int = 4) -> float:
+    model.eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    losses = [model(input_ids=b, labels=b).loss.item() for b in
+              (sample_windows(stream, 16, seq_len, bos_id, gen) for _ in range(batches))]
+    return sum(losses) / len(losses)
+
+
+def load_target(source: dict, *, device: torch.device, dtype: torch.dtype):
+    """(model, tokenizer) from {'files': packed folder} or {'hf': id or local path}; eval mode."""
+    if "files" in source:
+        where = str(materialise(source["files"]))
+    else:
+        where = source["hf"]
+        if where.startswith(("/", "./", "../", "~")) and not (Path(where).expanduser() / "config.json").is_file():
+            raise FileNotFoundError(f"target: no model at {where} (config.json not found)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype)
+    except (OSError, ValueError) as exc:
+        raise RuntimeError(f"target: cannot load model from {where}: {str(exc).splitlines()[0]}") from exc
+    model.to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model, tokenizer
+
+
+def num_layers(model) -> int:
+    return model.config.num_hidden_layers

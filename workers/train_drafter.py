@@ -1,0 +1,123 @@
+"""Training an EAGLE-3-style drafter with training-time test (TTT) on a frozen target.
+
+Loss: sum_s 0.8^s * softCE(target's next-token distribution, drafter step s), s < ttt_depth.
+Step s at position i continues a chain that started s positions earlier, so only positions
+i >= s carry a loss at step s.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import safetensors
+import safetensors.torch
+import torch
+import torch.nn.functional as F
+
+from workers.drafter import DrafterConfig, Eagle3Drafter, capture_layers, drafter_from_target
+from workers.features import target_pass
+from workers.tokenizer import sample_windows, token_stream
+
+TTT_DECAY = 0.8
+
+
+def drafter_config_for(target, *, norm: str, fc_norm: bool, fusion: str) -> DrafterConfig:
+    c = target.config
+    return DrafterConfig(
+        hidden_size=c.hidden_size,
+        heads=c.num_attention_heads,
+        intermediate_size=c.intermediate_size,
+        vocab_size=target.get_output_embeddings().weight.shape[0],
+        capture_layers=capture_layers(c.num_hidden_layers, fusion),
+        norm=norm,
+        fc_norm=fc_norm,
+        rope_theta=float(getattr(c, "rope_theta", None) or 10000.0),
+        rms_eps=float(getattr(c, "rms_norm_eps", 1e-6)),
+    )
+
+
+def ttt_loss(drafter: Eagle3Drafter, streams, target_logits, input_ids, ttt_depth: int):
+    """Weighted TTT loss and per-step top-1 agreement with the target's argmax.
+
+    input_ids: [B, T]; drafter position i reads x_{i+1} and the target's features at i,
+    and is scored against the target's distribution at i+1.
+    """
+    tokens = input_ids[:, 1:]  # [B, T-1]
+    g0 = drafter.fuse([s[:, :-1] for s in streams])  # [B, T-1, d]
+    p_target = torch.softmax(target_logits[:, 1:], dim=-1)  # [B, T-1, V]
+    want = p_target.argmax(-1)
+    outs = drafter.forward_steps(tokens, g0, ttt_depth)
+    total, agree = 0.0, []
+    for s, out in enumerate(outs):
+        logits = out.logits
+        logq = F.log_softmax(logits[:, s:].float(), dim=-1)
+        ce = -(p_target[:, s:] * logq).sum(-1).mean()
+        total = total + (TTT_DECAY**s) * ce
+        agree.append((logits[:, s:].argmax(-1) == want[:, s:]).float().mean().item())
+    return total, agree
+
+
+def train_drafter(*, target, tokenizer, norm, fc_norm, fusion, train: dict, seed: int, device, progress=None):
+    """Returns (checkpoint files, metrics)."""
+    torch.manual_seed(seed)
+    cfg = drafter_config_for(target, norm=norm, fc_norm=fc_norm, fusion=fusion)
+    drafter = drafter_from_target(target, cfg).to(device)
+    chars = max(300_000, train["steps"] * train["batch_size"] * train["seq_len"] * 4)
+    stream = token_stream(tokenizer, train["corpus"], "train", max_chars=chars)
+    val = token_stream(tokenizer, train["corpus"], "heldout", max_chars=200_000)
+    params = [p for p in drafter.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=train["lr"], weight_decay=0.0)
+    gen = torch.Generator().manual_seed(seed)
+    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else 0
+    steps, t0, loss_v = train["steps"], time.perf_counter(), float("nan")
+    drafter.train()
+    for step in range(steps):
+        lr = train["lr"] * (min(1.0, (step + 1) / 10) * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        ids = sample_windows(stream, train["batch_size"], train["seq_len"], bos, gen).to(device)
+        streams, logits = target_pass(target, ids, cfg.capture_layers)
+        loss, _ = ttt_loss(drafter, streams, logits, ids, train["ttt_depth"])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        loss_v = loss.item()
+        if progress is not None:
+            progress(step + 1, steps, loss_v)
+    seconds = time.perf_counter() - t0
+    drafter.eval()
+    with torch.no_grad():
+        ids = sample_windows(val, 16, train["seq_len"], bos, gen).to(device)
+        streams, logits = target_pass(target, ids, cfg.capture_layers)
+        val_loss, agree = ttt_loss(drafter, streams, logits, ids, train["ttt_depth"])
+    metrics = {"train_loss": loss_v, "val_loss": val_loss.item(), "train_seconds": seconds}
+    metrics.update({f"val_top1_step{s}": a for s, a in enumerate(agree)})
+    return save_drafter(drafter), metrics
+
+
+def save_drafter(drafter: Eagle3Drafter) -> dict[str, bytes]:
+    state = {k: v.detach().to("cpu").contiguous() for k, v in drafter.state_dict().items()}
+    return {
+        "config.json": json.dumps(drafter.cfg.to_dict(), indent=1).encode(),
+        "model.safetensors": safetensors.torch.save(state),
+    }
+
+
+def load_drafter(files: dict[str, bytes], *, device, dtype) -> Eagle3Drafter:
+    """Rebuild a drafter from its checkpoint; a corrupt or mismatched file is a clear error."""
+    try:
+        cfg = DrafterConfig.from_dict(json.loads(files["config.json"]))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise RuntimeError(f"drafter checkpoint: bad config.json ({exc})") from exc
+    try:
+        state = safetensors.torch.load(files["model.safetensors"])
+    except (KeyError, safetensors.SafetensorError) as exc:
+        raise RuntimeError(f"drafter checkpoint: cannot read model.safetensors ({exc})") from exc
+    drafter = Eagle3Drafter(cfg)
+    try:
+        drafter.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise RuntimeError(f"drafter checkpoint: weights do not match config.json ({str(exc).splitlines()[0]})") from exc
+    return drafter.to(device=device, dtype=dtype).eval()
