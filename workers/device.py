@@ -33,7 +33,3 @@ def hardware_id(device: torch.device, dtype: torch.dtype) -> str:
         name = f"cpu {torch.get_num_threads()}t"
     return f"{name} x1 {str(dtype).removeprefix('torch.')}"
 
-
-def set_threads(num_cpus: float) -> None:
-    """Use as many intra-op threads as the job was given CPUs (at least one)."""
-    torch.set_num_threads(max(1, int(num_cpus)))

@@ -1,0 +1,194 @@
+"""The `specfleet` command: validate, run, best, status.
+
+The CLI takes a spec path and switches that say where things live (work directory, database,
+MLflow, Ray cluster); everything that changes results is in the spec.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.errors import SpecError, UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Tune speculative-decoding depth across a fleet.")
+out = Console()
+err = Console(stderr=True)
+
+WorkdirOpt = Annotated[Path, typer.Option("--workdir", help="Where the default SQLite stores and checkpoints live.")]
+DbOpt = Annotated[Optional[str], typer.Option("--db", help="Database URL (default: $SPECFLEET_DB or SQLite in the workdir).")]
+MlflowOpt = Annotated[Optional[str], typer.Option("--mlflow", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or SQLite in the workdir).")]
+
+
+def db_url(workdir: Path, db: str | None) -> str:
+    return db or os.environ.get("SPECFLEET_DB") or f"sqlite:///{(workdir / 'specfleet.db').resolve()}"
+
+
+def mlflow_uri(workdir: Path, uri: str | None) -> tuple[str, str | None]:
+    """(tracking URI, artifact root or None when a server decides)."""
+    chosen = uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if chosen:
+        return chosen, None
+    return f"sqlite:///{(workdir / 'mlflow.db').resolve()}", str(workdir / "mlflow-artifacts")
+
+
+def _store(workdir: Path, db: str | None):
+    from db.store import Store, StoreError
+
+    try:
+        return Store(db_url(workdir, db))
+    except StoreError as exc:
+        raise UserError(f"--db: {exc}") from None
+
+
+@app.command()
+def validate(spec: Annotated[Path, typer.Argument(help="Experiment YAML.")]):
+    """Check a spec; print every problem as `field.path: message (line N)`."""
+    from pipeline.plan import build_plan
+    from pipeline.spec import load_spec
+    from pipeline.version import code_version
+
+    parsed, _ = load_spec(spec)
+    plan = build_plan(parsed, code_version())
+    out.print(f"[green]ok[/green] {spec}: {len(parsed.targets)} target(s), {len(parsed.drafters)} drafter(s), "
+              f"{len(parsed.pairing_list())} pairing(s), {len(plan.jobs)} jobs")
+
+
+@app.command()
+def run(
+    spec: Annotated[Path, typer.Argument(help="Experiment YAML.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and stop.")] = False,
+    address: Annotated[Optional[str], typer.Option("--address", help="Join this Ray cluster (default: $RAY_ADDRESS, else start one here).")] = None,
+    workdir: WorkdirOpt = Path(".specfleet"),
+    db: DbOpt = None,
+    mlflow: MlflowOpt = None,
+):
+    """Plan the spec's jobs and run them on Ray, logging to MLflow and the database."""
+    from pipeline.plan import build_plan
+    from pipeline.spec import load_spec
+    from pipeline.version import code_version
+
+    parsed, text = load_spec(spec)
+    plan = build_plan(parsed, code_version())
+    if dry_run:
+        _print_plan(plan, workdir, db)
+        return
+    from pipeline.executor import run_plan
+    from pipeline.tracking import Tracker
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    store = _store(workdir, db)
+    uri, artifacts = mlflow_uri(workdir, mlflow)
+    try:
+        summary = run_plan(plan, spec=parsed, spec_text=text, store=store, tracker=Tracker(uri, artifacts),
+                           workdir=workdir, address=address, console=err)
+        names = {j.hash: j.name for j in plan.jobs}
+        out.print(f"experiment {parsed.name} (id {summary.experiment_id}, MLflow run {summary.mlflow_run_id}) on "
+                  f"{summary.cluster}: {len(summary.done)} ran, {len(summary.cached)} reused, "
+                  f"{len(summary.failed)} failed in {summary.seconds:.1f}s")
+        pairs = {(t.name, d.name) for t, d in parsed.pairing_list()}
+        rows = [r for r in store.best() if (r["target"], r["drafter"]) in pairs]
+        if rows:
+            from pipeline.report import best_table
+
+            out.print(best_table(rows))
+        for h, reason in summary.failed.items():
+            err.print(f"[red]failed[/red] {names[h]}: {reason}")
+        if summary.failed:
+            raise typer.Exit(1)
+    finally:
+        store.close()
+
+
+def _print_plan(plan, workdir: Path, db: str | None) -> None:
+    url = db_url(workdir, db)
+    store = None
+    if not url.startswith("sqlite:///") or Path(url.removeprefix("sqlite:///")).is_file():
+        store = _store(workdir, db)
+    table = Table(title=f"plan: {len(plan.jobs)} jobs (code {plan.code_version})")
+    for col in ("kind", "name", "hash", "inputs", "cpus", "gpus", "state"):
+        table.add_column(col)
+    short = {j.hash: j.hash[:10] for j in plan.jobs}
+    for j in plan.jobs:
+        state = "reuse" if store is not None and store.finished_result(j.hash) is not None else "run"
+        table.add_row(j.kind, j.name, short[j.hash], ", ".join(f"{n}={short[h]}" for n, h in j.deps),
+                      f"{j.num_cpus:g}", f"{j.num_gpus:g}", state)
+    out.print(table)
+    if store is not None:
+        store.close()
+
+
+@app.command()
+def best(
+    target: Annotated[Optional[str], typer.Option("--target", help="Only this target.")] = None,
+    drafter: Annotated[Optional[str], typer.Option("--drafter", help="Only this drafter.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+    workdir: WorkdirOpt = Path(".specfleet"),
+    db: DbOpt = None,
+):
+    """The chosen depth per pairing, from the database."""
+    store = _store(workdir, db)
+    try:
+        rows = store.best(target=target, drafter=drafter)
+    finally:
+        store.close()
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        return
+    if not rows:
+        err.print("no tuned configs yet: run `specfleet run SPEC` first")
+        raise typer.Exit(1)
+    from pipeline.report import best_table
+
+    out.print(best_table(rows))
+
+
+@app.command()
+def status(workdir: WorkdirOpt = Path(".specfleet"), db: DbOpt = None):
+    """Experiments and their jobs."""
+    store = _store(workdir, db)
+    try:
+        for exp in store.experiments():
+            c = exp["job_counts"]
+            out.print(f"[bold]{exp['name']}[/bold] id {exp['id']} spec {exp['spec_hash'][:10]} "
+                      f"created {exp['created_at']}: done {c['done']}, running {c['running']}, "
+                      f"pending {c['pending']}, failed {c['failed']}")
+            table = Table(show_header=True)
+            for col in ("kind", "name", "status", "attempts", "seconds", "mlflow run"):
+                table.add_column(col)
+            for j in store.jobs(exp["id"]):
+                secs = f"{j['duration_s']:.1f}" if j["duration_s"] is not None else ""
+                table.add_row(j["kind"], j["name"], j["status"], str(j["attempts"]), secs, j["mlflow_run_id"] or "")
+            out.print(table)
+    finally:
+        store.close()
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except SpecError as exc:
+        for line in exc.messages:
+            err.print(f"{exc.source}: {line}", markup=False, highlight=False)
+        sys.exit(exc.exit_code)
+    except UserError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors carry their own exit code
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise

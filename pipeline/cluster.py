@@ -1,0 +1,129 @@
+"""The Ray side of execution (the only ray import): connect, check resources, submit, wait.
+
+Jobs run as Ray tasks with the resources their kind asks for; a job's inputs are passed as
+object refs, so Ray starts it when its dependencies are done and moves their results (small
+dicts, checkpoints as bytes) to whichever node runs it.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import ray
+
+from pipeline.errors import ResourceError, UserError
+
+
+@ray.remote(num_cpus=0)
+class ProgressBoard:
+    """Workers report 'started' and training steps here; the driver polls a snapshot."""
+
+    def __init__(self):
+        self.state: dict[str, dict] = {}
+
+    def started(self, job_hash: str) -> None:
+        self.state.setdefault(job_hash, {})["started"] = time.time()
+
+    def step(self, job_hash: str, step: int, total: int, loss: float) -> None:
+        self.state.setdefault(job_hash, {}).update(step=step, total=total, loss=loss)
+
+    def snapshot(self) -> dict:
+        return self.state
+
+
+@ray.remote
+def _run_job(kind, config, num_cpus, num_gpus, job_hash, board, dep_names, *dep_values):
+    board.started.remote(job_hash)  # first, so any failure below is this job's own
+    from workers.jobs import run_job
+
+    last = [0.0]
+
+    def progress(step: int, total: int, loss: float) -> None:
+        now = time.monotonic()
+        if now - last[0] > 0.5 or step == total:
+            last[0] = now
+            board.step.remote(job_hash, step, total, loss)
+
+    inputs = dict(zip(dep_names, dep_values))
+    return run_job(kind, config, inputs, num_cpus=num_cpus, num_gpus=num_gpus, progress=progress)
+
+
+@dataclass
+class Cluster:
+    started_here: bool
+    address: str
+    board: object = None
+
+    def submit(self, job, deps: dict):
+        """deps: input name -> object ref (or value). Returns the job's result ref."""
+        names = tuple(deps)
+        return _run_job.options(
+            num_cpus=job.num_cpus, num_gpus=job.num_gpus, name=job.name, max_retries=1, retry_exceptions=False,
+        ).remote(job.kind, job.config, job.num_cpus, job.num_gpus, job.hash, self.board, names, *deps.values())
+
+    def put(self, value):
+        return ray.put(value)
+
+    def wait(self, refs: list, timeout: float):
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)
+        return done
+
+    def get(self, ref):
+        return ray.get(ref)
+
+    def progress(self) -> dict:
+        return ray.get(self.board.snapshot.remote())
+
+    def cancel(self, refs: list) -> None:
+        for ref in refs:
+            ray.cancel(ref, force=True)
+
+    def close(self) -> None:
+        if self.started_here:
+            ray.shutdown()
+
+
+def connect(address: str | None) -> Cluster:
+    """Join `address` (or RAY_ADDRESS), or start a local cluster in this process on loopback."""
+    address = address or os.environ.get("RAY_ADDRESS")
+    if ray.is_initialized():
+        cluster = Cluster(started_here=False, address="(already connected)")
+    elif address:
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise UserError(f"--address: cannot join Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
+        cluster = Cluster(started_here=False, address=address)
+    else:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                 _node_ip_address="127.0.0.1", configure_logging=False)
+        cluster = Cluster(started_here=True, address="local")
+    cluster.board = ProgressBoard.remote()
+    return cluster
+
+
+def check_resources(requests: dict[str, tuple[float, float]]) -> str:
+    """Refuse requests no single alive node can satisfy (Ray would wait forever for them).
+
+    requests: job kind -> (num_cpus, num_gpus). Returns a one-line description of the cluster.
+    """
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    total_cpu = sum(n.get("CPU", 0) for n in nodes)
+    total_gpu = sum(n.get("GPU", 0) for n in nodes)
+    about = f"{len(nodes)} node(s), {total_cpu:g} CPU, {total_gpu:g} GPU in all"
+    max_cpu = max((n.get("CPU", 0) for n in nodes), default=0)
+    max_gpu = max((n.get("GPU", 0) for n in nodes), default=0)
+    for kind, (cpus, gpus) in sorted(requests.items()):
+        if gpus > max_gpu:
+            raise ResourceError(
+                f"resources.{kind}.num_gpus: a {kind} job asks for {gpus:g} GPU(s) but the largest node "
+                f"has {max_gpu:g} (cluster: {about})"
+            )
+        if cpus > max_cpu:
+            raise ResourceError(
+                f"resources.{kind}.num_cpus: a {kind} job asks for {cpus:g} CPU(s) but the largest node "
+                f"has {max_cpu:g} (cluster: {about})"
+            )
+    return about

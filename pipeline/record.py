@@ -1,0 +1,92 @@
+"""Recording one finished job: checkpoint to the work directory, MLflow, then the database.
+
+MLflow is written before the database marks the job done, so a job counts as finished (and is
+reused by later runs) only once everything about it has landed.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from pipeline.plan import Job
+from pipeline.report import plot_curve, plot_speedup
+from pipeline.tracking import Tracker
+from pipeline.types import CostProfile, Curve, DepthChoice
+
+
+def save_checkpoint(files: dict[str, bytes], folder: Path) -> Path:
+    """Write a checkpoint atomically: into a sibling temp folder, then rename."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if folder.is_dir():
+        return folder
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".part-"))
+    for name, blob in files.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_bytes(blob)
+    tmp.rename(folder)
+    return folder
+
+
+def load_checkpoint(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def stored_result(job: Job, result: dict, checkpoints: Path) -> dict:
+    """The JSON-able result kept in the database: checkpoint bytes replaced by their folder."""
+    if "files" not in result:
+        return result
+    folder = save_checkpoint(result["files"], checkpoints / job.hash)
+    return {**{k: v for k, v in result.items() if k != "files"}, "checkpoint_dir": str(folder)}
+
+
+def log_job(tracker: Tracker, run_id: str, job: Job, stored: dict) -> None:
+    """Metrics (curves with step = depth), checkpoints and plots of one finished job."""
+    metrics = stored.get("metrics", {})
+    tracker.log_metrics(run_id, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+    for name, series in stored.get("history", {}).items():
+        tracker.log_series(run_id, name, [tuple(p) for p in series])
+    if "checkpoint_dir" in stored:
+        tracker.log_artifacts(run_id, stored["checkpoint_dir"], "checkpoint")
+    with tempfile.TemporaryDirectory() as tmp:
+        if "curve" in stored:
+            curve = Curve.from_dict(stored["curve"])
+            log_curve(tracker, run_id, curve)
+            tracker.log_artifact(run_id, plot_curve(curve, Path(tmp) / "curve.png", _pair(job)))
+        if "cost" in stored:
+            cost = CostProfile.from_dict(stored["cost"])
+            tracker.log_metrics(run_id, {"draft_ms": cost.draft_ms, "decode_ms": cost.decode_ms,
+                                         "verify_ms": cost.verify_ms, "cost_ratio": cost.cost_ratio})
+        if "choice" in stored:
+            choice = DepthChoice.from_dict(stored["choice"])
+            tracker.log_series(run_id, "speedup", list(enumerate(choice.speedups)))
+            tracker.log_metrics(run_id, {"depth": choice.depth, "accept_len": choice.accept_len,
+                                         "best_speedup": choice.speedup, "cost_ratio": choice.cost_ratio})
+            tracker.log_artifact(run_id, plot_speedup(choice, Path(tmp) / "speedup.png", _pair(job)))
+
+
+def log_curve(tracker: Tracker, run_id: str, curve: Curve) -> None:
+    depths = range(1, curve.max_depth + 1)
+    tracker.log_series(run_id, "cond_accept", list(zip(depths, curve.cond_accept)))
+    tracker.log_series(run_id, "survival", list(zip(depths, curve.survival)))
+    tracker.log_series(run_id, "accept_len", list(enumerate(curve.accept_len)))
+
+
+def db_extras(job: Job, stored: dict, *, experiment_id: int, spec_hash: str, code_version: str, run_id: str):
+    """The curve rows and tuned-config row that go with a job's result, if any."""
+    curve = tuned = None
+    if "curve" in stored:
+        curve = (job.target, job.drafter, Curve.from_dict(stored["curve"]))
+    if "choice" in stored:
+        choice = DepthChoice.from_dict(stored["choice"])
+        tuned = {
+            "experiment_id": experiment_id, "target": job.target, "drafter": job.drafter,
+            "hardware": stored["hardware"], "condition": stored["condition"],
+            "temperature": stored["temperature"], "depth": choice.depth, "accept_len": choice.accept_len,
+            "speedup": choice.speedup, "cost_ratio": choice.cost_ratio, "spec_hash": spec_hash,
+            "code_version": code_version, "mlflow_run_id": run_id,
+        }
+    return curve, tuned
+
+
+def _pair(job: Job) -> str:
+    return f"{job.target} / {job.drafter}"

@@ -1,0 +1,56 @@
+"""What people would rather see than read: curve plots and the best-depth table."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+from pipeline.types import Curve, DepthChoice
+
+
+def plot_curve(curve: Curve, path: str | Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    depths = list(range(1, curve.max_depth + 1))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6))
+    ax1.plot(depths, curve.cond_accept, "o-", label="cond_accept")
+    ax1.plot(depths, curve.survival, "s-", label="survival")
+    ax1.set(xlabel="depth j", ylabel="probability", ylim=(0, 1.02), title="acceptance per depth")
+    ax1.legend()
+    ax2.plot(range(curve.max_depth + 1), curve.accept_len, "o-", color="C2")
+    ax2.set(xlabel="depth k", ylabel="accept_len(k)", title="tokens per target pass")
+    fig.suptitle(f"{title}  (T={curve.temperature}, {curve.num_chains} chains)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_speedup(choice: DepthChoice, path: str | Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    ax.plot(range(len(choice.speedups)), choice.speedups, "o-")
+    ax.axvline(choice.depth, color="C3", ls="--", label=f"k* = {choice.depth}")
+    ax.set(xlabel="depth k", ylabel="predicted speedup", title=f"{title}\nc = {choice.cost_ratio:.3f}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def best_table(rows: list[dict]) -> Table:
+    table = Table(title="best depth per pairing")
+    for col in ("target", "drafter", "hardware", "depth", "accept_len", "speedup", "cost_ratio"):
+        table.add_column(col, justify="right" if col in ("depth", "accept_len", "speedup", "cost_ratio") else "left")
+    for r in rows:
+        table.add_row(r["target"], r["drafter"], r["hardware"], str(r["depth"]),
+                      f"{r['accept_len']:.3f}", f"{r['speedup']:.3f}x", f"{r['cost_ratio']:.3f}")
+    return table

@@ -1,0 +1,103 @@
+"""MLflow tracking: one parent run per experiment, one child run per job (the only mlflow import).
+
+Runs are found again by tags (`specfleet.spec_hash`, `specfleet.job_hash`), so a rerun of an
+unchanged spec reuses its runs instead of duplicating them.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+TAG_SPEC = "specfleet.spec_hash"
+TAG_JOB = "specfleet.job_hash"
+TAG_KIND = "specfleet.kind"
+PARENT_TAG = "mlflow.parentRunId"
+MAX_PARAM = 6000  # MLflow's limit on a param value
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, str]:
+    """{'a': {'b': 1}} -> {'a.b': '1'}; lists are JSON."""
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            text = v if isinstance(v, str) else json.dumps(v)
+            out[key] = text[:MAX_PARAM]
+    return out
+
+
+class Tracker:
+    def __init__(self, tracking_uri: str, artifact_root: str | None = None):
+        self.uri = tracking_uri
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self.artifact_root = artifact_root
+
+    def experiment_id(self, name: str) -> str:
+        exp = self.client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        location = Path(self.artifact_root).resolve().as_uri() if self.artifact_root else None
+        return self.client.create_experiment(name, artifact_location=location)
+
+    def _find(self, experiment_id: str, tag: str, value: str, statuses=("FINISHED", "RUNNING")):
+        runs = self.client.search_runs(
+            [experiment_id], filter_string=f"tags.`{tag}` = '{value}'", max_results=50,
+            order_by=["attributes.start_time DESC"],
+        )
+        return next((r for r in runs if r.info.status in statuses), None)
+
+    def parent_run(self, *, experiment: str, spec_hash: str, params: dict, tags: dict) -> tuple[str, str]:
+        """(mlflow experiment id, parent run id), reusing the run of an earlier identical spec."""
+        exp_id = self.experiment_id(experiment)
+        found = self._find(exp_id, TAG_SPEC, spec_hash, statuses=("FINISHED", "RUNNING", "FAILED", "KILLED"))
+        if found is not None:
+            self.client.update_run(found.info.run_id, status="RUNNING")
+            return exp_id, found.info.run_id
+        run = self.client.create_run(exp_id, run_name=experiment, tags={TAG_SPEC: spec_hash, TAG_KIND: "experiment", **tags})
+        self._log_params(run.info.run_id, params)
+        return exp_id, run.info.run_id
+
+    def finished_job_run(self, experiment_id: str, job_hash: str) -> str | None:
+        run = self._find(experiment_id, TAG_JOB, job_hash, statuses=("FINISHED",))
+        return run.info.run_id if run else None
+
+    def start_job(self, experiment_id: str, parent_run_id: str, *, job_hash: str, kind: str, name: str,
+                  params: dict, tags: dict) -> str:
+        run = self.client.create_run(
+            experiment_id, run_name=name,
+            tags={PARENT_TAG: parent_run_id, TAG_JOB: job_hash, TAG_KIND: kind, **tags},
+        )
+        self._log_params(run.info.run_id, params)
+        return run.info.run_id
+
+    def log_metrics(self, run_id: str, values: dict[str, float]) -> None:
+        self._batch(run_id, metrics=[Metric(k, float(v), 0, 0) for k, v in values.items()])
+
+    def log_series(self, run_id: str, name: str, points: list[tuple[int, float]]) -> None:
+        """A metric with step = depth (or training step)."""
+        self._batch(run_id, metrics=[Metric(name, float(v), 0, int(step)) for step, v in points])
+
+    def log_artifacts(self, run_id: str, folder: str | Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifacts(run_id, str(folder), artifact_path)
+
+    def log_artifact(self, run_id: str, path: str | Path) -> None:
+        self.client.log_artifact(run_id, str(path))
+
+    def end(self, run_id: str, ok: bool) -> None:
+        self.client.set_terminated(run_id, status="FINISHED" if ok else "FAILED")
+
+    def _log_params(self, run_id: str, params: dict) -> None:
+        flat = flatten(params)
+        self._batch(run_id, params=[Param(k, v) for k, v in flat.items()])
+
+    def _batch(self, run_id: str, metrics=(), params=()) -> None:
+        metrics, params = list(metrics), list(params)
+        for i in range(0, max(len(metrics), len(params), 1), 100):  # MLflow caps a batch at 100 params
+            self.client.log_batch(run_id, metrics=metrics[i : i + 100], params=params[i : i + 100],
+                                  tags=[])
+

@@ -1,0 +1,96 @@
+"""What each job kind does on a worker: a registry from kind to function.
+
+Every function takes (config, inputs, *, num_gpus, progress) and returns a small result dict:
+plain numbers and, for training jobs, the checkpoint as {file name: bytes} under "files".
+`config` is exactly what the job's hash covers; `inputs` are the results of its dependencies.
+"""
+from __future__ import annotations
+
+import torch
+
+from pipeline.acceptance import choose_depth
+from pipeline.types import CostProfile, Curve
+from workers.device import pick_device, pick_dtype
+
+
+def _target(config: dict, inputs: dict, device):
+    from workers.target import load_target
+
+    source = {"files": inputs["target"]["files"]} if "target" in inputs else {"hf": config["target_hf"]}
+    return load_target(source, device=device, dtype=pick_dtype(config["dtype"], device))
+
+
+def _drafter(inputs: dict, target):
+    from workers.train_drafter import load_drafter
+
+    param = next(target.parameters())
+    return load_drafter(inputs["drafter"]["files"], device=param.device, dtype=param.dtype)
+
+
+def train_target(config: dict, inputs: dict, *, num_gpus: float, progress) -> dict:
+    from workers.target import train_builtin_target
+
+    pick_device(num_gpus)  # a GPU that was asked for must exist, even if tiny training runs on CPU
+    files, metrics = train_builtin_target(builtin=config["builtin"], seed=config["seed"], progress=progress)
+    return {"files": files, "metrics": metrics}
+
+
+def train_drafter(config: dict, inputs: dict, *, num_gpus: float, progress) -> dict:
+    from workers.train_drafter import train_drafter as train
+
+    device = pick_device(num_gpus)
+    target, tokenizer = _target(config, inputs, device)
+    d = config["drafter"]
+    files, metrics = train(
+        target=target, tokenizer=tokenizer, norm=d["norm"], fc_norm=d["fc_norm"], fusion=d["fusion"],
+        train=d["train"], seed=config["seed"], device=device, progress=progress,
+    )
+    return {"files": files, "metrics": metrics}
+
+
+def measure_curve(config: dict, inputs: dict, *, num_gpus: float, progress) -> dict:
+    from workers.measure import measure_curve as measure
+
+    device = pick_device(num_gpus)
+    target, tokenizer = _target(config, inputs, device)
+    drafter = _drafter(inputs, target)
+    curve = measure(target=target, drafter=drafter, tokenizer=tokenizer,
+                    evaluation=config["evaluation"], seed=config["seed"])
+    return {"curve": curve.to_dict()}
+
+
+def profile_cost(config: dict, inputs: dict, *, num_gpus: float, progress) -> dict:
+    from workers.cost import profile_cost as profile
+
+    device = pick_device(num_gpus)
+    target, _ = _target(config, inputs, device)
+    drafter = _drafter(inputs, target)
+    c = config["cost"]
+    cost = profile(target=target, drafter=drafter, context_len=c["context_len"], max_depth=config["max_depth"],
+                   warmup=c["warmup"], repeats=c["repeats"], seed=config["seed"])
+    return {"cost": cost.to_dict()}
+
+
+def select_depth(config: dict, inputs: dict, *, num_gpus: float, progress) -> dict:
+    curve = Curve.from_dict(inputs["curve"]["curve"])
+    cost = CostProfile.from_dict(inputs["cost"]["cost"])
+    ratio = config["cost_ratio"] if config["cost_ratio"] is not None else cost.cost_ratio
+    choice = choose_depth(curve, ratio)
+    return {"choice": choice.to_dict(), "hardware": cost.hardware, "condition": curve.condition,
+            "temperature": curve.temperature}
+
+
+JOBS = {
+    "train_target": train_target,
+    "train_drafter": train_drafter,
+    "measure_curve": measure_curve,
+    "profile_cost": profile_cost,
+    "select_depth": select_depth,
+}
+
+
+def run_job(kind: str, config: dict, inputs: dict, *, num_cpus: float, num_gpus: float, progress=None) -> dict:
+    """Entry point of every job on a worker."""
+    torch.set_num_threads(max(1, int(num_cpus)))
+    torch.manual_seed(config.get("seed", 0))
+    return JOBS[kind](config, inputs, num_gpus=num_gpus, progress=progress)
