@@ -173,12 +173,11 @@ def status(workdir: WorkdirOpt = Path(".specfleet"), db: DbOpt = None):
 def main() -> None:
     try:
         app(standalone_mode=False)
-    except SpecError as exc:
-        for line in exc.messages:
-            err.print(f"{exc.source}: {line}", markup=False, highlight=False)
+    except SpecError as exc:  # plain writes: rich would wrap long lines
+        sys.stderr.write(f"{exc.source}: {len(exc.messages)} error(s)\n" + "".join(f"{m}\n" for m in exc.messages))
         sys.exit(exc.exit_code)
     except UserError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        sys.stderr.write(f"error: {exc}\n")
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

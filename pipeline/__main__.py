@@ -1,0 +1,4 @@
+"""`python -m pipeline` is the `specfleet` command."""
+from pipeline.cli import main
+
+main()

@@ -1,0 +1,81 @@
+"""The acceptance and speedup math against the closed forms of REFERENCE.md section 2."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pipeline.acceptance import (
+    accept_len_from_survival, choose_depth, closed_form_accept_len, cond_from_survival, curve_from_accepted,
+    curve_from_path_probs, curve_speedup, leviathan_speedup, survival_from_cond,
+)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.62, 0.9, 0.99])
+@pytest.mark.parametrize("k", [0, 1, 2, 5, 12])
+def test_constant_alpha_accept_len_matches_closed_form(alpha, k):
+    survival = survival_from_cond([alpha] * k)
+    assert accept_len_from_survival(survival)[k] == pytest.approx(closed_form_accept_len(alpha, k), rel=1e-12)
+
+
+def test_closed_form_values():
+    assert closed_form_accept_len(0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert closed_form_accept_len(1.0, 4) == 5.0
+
+
+@pytest.mark.parametrize("alpha,c", [(0.8, 0.05), (0.6, 0.2), (0.9, 0.5)])
+def test_curve_speedup_is_leviathan_for_constant_alpha(alpha, c):
+    acc = accept_len_from_survival(survival_from_cond([alpha] * 10))
+    ours = curve_speedup(acc, c)
+    for k in range(11):
+        expected = (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * c + 1))
+        assert ours[k] == pytest.approx(expected, rel=1e-12)
+        assert leviathan_speedup(alpha, k, c) == pytest.approx(expected, rel=1e-12)
+
+
+def test_choose_depth_is_argmax_of_leviathan():
+    alpha, c = 0.8, 0.1
+    from pipeline.types import Curve
+
+    surv = survival_from_cond([alpha] * 16)
+    curve = Curve("default", 0.0, 100, tuple([alpha] * 16), tuple(surv), tuple(accept_len_from_survival(surv)))
+    choice = choose_depth(curve, c)
+    brute = max(range(17), key=lambda k: leviathan_speedup(alpha, k, c))
+    assert choice.depth == brute
+    assert choice.speedup == pytest.approx(leviathan_speedup(alpha, brute, c))
+    assert choice.accept_len == pytest.approx(closed_form_accept_len(alpha, brute))
+
+
+def test_choose_depth_zero_when_drafting_costs_more_than_it_gains():
+    from pipeline.types import Curve
+
+    surv = survival_from_cond([0.2] * 4)
+    curve = Curve("default", 0.0, 10, (0.2,) * 4, tuple(surv), tuple(accept_len_from_survival(surv)))
+    assert choose_depth(curve, 1.0).depth == 0
+    with pytest.raises(ValueError):
+        choose_depth(curve, 0.0)
+
+
+def test_curve_from_accepted_pools_over_chains():
+    accepted = [0, 1, 3, 3, 2]
+    curve = curve_from_accepted(accepted, 3, condition="default", temperature=0.0)
+    assert curve.survival == pytest.approx((4 / 5, 3 / 5, 2 / 5))
+    assert curve.cond_accept == pytest.approx((4 / 5, 3 / 4, 2 / 3))
+    # pooled accept_len(k) = mean over chains of (1 + min(accepted, k))
+    for k in range(4):
+        assert curve.accept_len[k] == pytest.approx(sum(1 + min(a, k) for a in accepted) / 5)
+    with pytest.raises(ValueError):
+        curve_from_accepted([4], 3, condition="default", temperature=0.0)
+
+
+def test_curve_from_path_probs_is_expected_survival():
+    alphas = [[0.5, 0.5], [1.0, 0.2]]
+    curve = curve_from_path_probs(alphas, condition="default", temperature=1.0)
+    assert curve.survival == pytest.approx(((0.5 + 1.0) / 2, (0.25 + 0.2) / 2))
+    assert curve.accept_len[2] == pytest.approx(1 + 0.75 + 0.225)
+    assert math.prod(curve.cond_accept) == pytest.approx(curve.survival[-1])
+
+
+def test_cond_from_survival_round_trip():
+    cond = [0.9, 0.7, 0.0, 0.5]
+    assert cond_from_survival(survival_from_cond(cond)) == pytest.approx([0.9, 0.7, 0.0, 0.0])

@@ -1,0 +1,126 @@
+"""One tiny spec through a real two-node Ray cluster, real MLflow and the real database."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from db.store import Store
+
+SPEC = {
+    "name": "e2e",
+    "seed": 0,
+    "targets": [{"name": "t0", "builtin": {
+        "layers": 4, "hidden_size": 64, "heads": 4, "intermediate_size": 128, "vocab_size": 400,
+        "train": {"steps": 30, "lr": 0.003, "batch_size": 8, "seq_len": 64}}}],
+    "drafters": [
+        {"name": "pre", "kind": "eagle3", "norm": "pre",
+         "train": {"ttt_depth": 2, "steps": 10, "batch_size": 8, "seq_len": 64}},
+        {"name": "post", "kind": "eagle3", "norm": "post", "fc_norm": True,
+         "train": {"ttt_depth": 2, "steps": 10, "batch_size": 8, "seq_len": 64}},
+    ],
+    "evaluation": {"max_depth": 3, "num_prompts": 4, "prompt_len": 16, "continuation_len": 8},
+    "cost": {"context_len": 16, "warmup": 1, "repeats": 2},
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "gcs_server_port": _free_port(), "node_ip_address": "127.0.0.1", "include_dashboard": False})
+    cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    cluster.wait_for_nodes()
+    yield cluster.address
+    cluster.shutdown()
+
+
+def specfleet(*args, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
+    spec = tmp_path / "e2e.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    first = specfleet("run", str(spec), "--address", ray_cluster, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "9 ran, 0 reused, 0 failed" in first.stdout
+
+    # the database: every job done with its MLflow run, a curve per pairing, a tuned config per pairing
+    store = Store(f"sqlite:///{tmp_path / '.specfleet' / 'specfleet.db'}")
+    jobs = store.jobs()
+    assert len(jobs) == 9 and {j["status"] for j in jobs} == {"done"}
+    assert all(j["attempts"] == 1 and j["mlflow_run_id"] for j in jobs)
+    best = store.best()
+    assert {(r["target"], r["drafter"]) for r in best} == {("t0", "pre"), ("t0", "post")}
+    for row in best:
+        assert 0 <= row["depth"] <= 3 and row["cost_ratio"] > 0 and row["hardware"].startswith("cpu")
+        curve = [c for c in store.curve_rows(target="t0", drafter=row["drafter"])]
+        assert [c["depth"] for c in curve] == [1, 2, 3]
+        acc = {c["depth"]: c["accept_len"] for c in curve} | {0: 1.0}
+        assert row["accept_len"] == pytest.approx(acc[row["depth"]])
+        assert row["speedup"] == pytest.approx(acc[row["depth"]] / (row["depth"] * row["cost_ratio"] + 1))
+    store.close()
+
+    # MLflow: a parent run and one child run per job, curves with step = depth, checkpoints and plots
+    client = MlflowClient(f"sqlite:///{tmp_path / '.specfleet' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("specfleet/e2e")
+    runs = client.search_runs([exp.experiment_id])
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(runs) == 10 and len(children) == 9
+    assert {r.data.tags["specfleet.job_hash"] for r in children} == {j["job_hash"] for j in jobs}
+    for r in children:
+        kind = r.data.tags["specfleet.kind"]
+        assert r.info.status == "FINISHED"
+        paths = {a.path for a in client.list_artifacts(r.info.run_id)}
+        if kind == "measure_curve":
+            steps = sorted(m.step for m in client.get_metric_history(r.info.run_id, "accept_len"))
+            assert steps == [0, 1, 2, 3] and "curve.png" in paths
+        if kind == "train_drafter":
+            inner = {a.path for a in client.list_artifacts(r.info.run_id, "checkpoint")}
+            assert "checkpoint/model.safetensors" in inner
+        if kind == "select_depth":
+            assert len(client.get_metric_history(r.info.run_id, "speedup")) == 4 and "speedup.png" in paths
+
+    # `best --json` answers from the database
+    out = specfleet("best", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert {"target", "drafter", "depth", "accept_len", "speedup", "cost_ratio"} <= set(rows[0])
+    assert len(specfleet("best", "--json", "--drafter", "post", cwd=tmp_path).stdout.split('"drafter"')) == 2
+
+    # an unchanged rerun reuses every job and duplicates no MLflow run
+    again = specfleet("run", str(spec), "--address", ray_cluster, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "0 ran, 9 reused, 0 failed" in again.stdout
+    assert len(client.search_runs([exp.experiment_id])) == 10
+
+    # a spec asking for GPUs the cluster lacks is refused before anything is written
+    gpu = dict(SPEC, name="needs-gpu", resources={"train_drafter": {"num_cpus": 1, "num_gpus": 1}})
+    gspec = tmp_path / "gpu.yaml"
+    gspec.write_text(yaml.safe_dump(gpu))
+    refused = specfleet("run", str(gspec), "--address", ray_cluster, cwd=tmp_path)
+    assert refused.returncode == 3
+    assert "resources.train_drafter.num_gpus" in refused.stderr and "0 GPU" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    store = Store(f"sqlite:///{tmp_path / '.specfleet' / 'specfleet.db'}")
+    assert [e["name"] for e in store.experiments()] == ["e2e"]
+    store.close()
+    assert client.get_experiment_by_name("specfleet/needs-gpu") is None

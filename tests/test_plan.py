@@ -1,0 +1,91 @@
+"""Planning: the job graph and content hashes (stable when nothing changed, sensitive otherwise)."""
+from __future__ import annotations
+
+import yaml
+
+from pipeline.plan import build_plan
+from pipeline.spec import parse_spec
+
+BASE = {
+    "name": "p",
+    "seed": 3,
+    "targets": [{"name": "t", "builtin": {"layers": 4, "hidden_size": 64, "heads": 4}}],
+    "drafters": [
+        {"name": "pre", "kind": "eagle3", "norm": "pre", "train": {"ttt_depth": 2, "lr": 0.003}},
+        {"name": "post", "kind": "eagle3", "norm": "post", "train": {"ttt_depth": 2, "lr": 0.003}},
+    ],
+    "evaluation": {"max_depth": 4},
+}
+
+
+def plan_of(data: dict, code: str = "v1"):
+    return build_plan(parse_spec(yaml.safe_dump(data)), code)
+
+
+def hashes(plan) -> dict[str, str]:
+    return {j.name: j.hash for j in plan.jobs}
+
+
+def modified(path: list, value) -> dict:
+    data = yaml.safe_load(yaml.safe_dump(BASE))
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return data
+
+
+def test_graph_shape_and_order():
+    plan = plan_of(BASE)
+    kinds = [j.kind for j in plan.jobs]
+    assert kinds.count("train_target") == 1
+    assert kinds.count("train_drafter") == kinds.count("measure_curve") == kinds.count("select_depth") == 2
+    seen = set()
+    for job in plan.jobs:  # dependencies always come first
+        assert all(h in seen for _, h in job.deps), job.name
+        seen.add(job.hash)
+    select = next(j for j in plan.jobs if j.kind == "select_depth")
+    dep_kinds = {plan.by_hash()[h].kind for _, h in select.deps}
+    assert dep_kinds == {"measure_curve", "profile_cost"}
+
+
+def test_hashes_are_stable():
+    a = hashes(plan_of(BASE))
+    reordered = dict(reversed(list(BASE.items())))  # key order in the YAML does not matter
+    assert hashes(plan_of(reordered)) == a
+    assert hashes(plan_of(BASE)) == a
+    assert len(set(a.values())) == len(a)
+
+
+def test_drafter_change_reruns_only_that_drafter_and_downstream():
+    a = hashes(plan_of(BASE))
+    b = hashes(plan_of(modified(["drafters", 0, "train", "lr"], 0.001)))
+    changed = {name for name in a if a[name] != b[name]}
+    assert changed == {"train_drafter t/pre", "measure_curve t/pre", "profile_cost t/pre", "select_depth t/pre"}
+
+
+def test_evaluation_change_keeps_training():
+    a = hashes(plan_of(BASE))
+    b = hashes(plan_of(modified(["evaluation", "max_depth"], 6)))
+    changed = {name.split()[0] for name in a if a[name] != b[name]}
+    assert changed == {"measure_curve", "profile_cost", "select_depth"}
+
+
+def test_target_and_seed_and_code_changes_rerun_everything():
+    a = hashes(plan_of(BASE))
+    for variant in (plan_of(modified(["targets", 0, "builtin", "hidden_size"], 128)),
+                    plan_of(modified(["seed"], 4)), plan_of(BASE, code="v2")):
+        b = hashes(variant)
+        assert all(a[n] != b[n] for n in a)
+
+
+def test_cost_ratio_override_touches_only_selection():
+    a = hashes(plan_of(BASE))
+    b = hashes(plan_of(modified(["cost"], {"cost_ratio": 0.2})))
+    assert {n.split()[0] for n in a if a[n] != b[n]} == {"select_depth"}
+
+
+def test_resources_do_not_change_hashes():
+    a = hashes(plan_of(BASE))
+    b = hashes(plan_of(modified(["resources"], {"train_drafter": {"num_cpus": 2, "num_gpus": 0}})))
+    assert a == b

@@ -1,0 +1,114 @@
+"""Workers run for real, small: speculative decoding is lossless, drafting modes agree, curves add up."""
+from __future__ import annotations
+
+import torch
+
+from workers.features import target_pass
+from workers.measure import draft_all_chains, measure_curve
+from workers.spec_decode import draft_chain, speculative_greedy, target_greedy
+
+EVAL = dict(max_depth=4, temperature=0.0, num_prompts=6, prompt_len=20, continuation_len=10, corpus="stdlib")
+
+
+def _prompt(tokenizer, text="def parse(self, line):\n    "):
+    return torch.tensor([[tokenizer.bos_token_id] + tokenizer(text, add_special_tokens=False)["input_ids"]])
+
+
+def test_greedy_speculative_output_equals_target_greedy(tiny_target, tiny_drafters):
+    target, tokenizer, _ = tiny_target
+    for text in ("def parse(self, line):\n    ", "import os\nclass Reader:\n", "    return [x for x in"):
+        prompt = _prompt(tokenizer, text)
+        reference = target_greedy(target, prompt, 40)
+        for norm, (drafter, _) in tiny_drafters.items():
+            for depth in (1, 3, 6):
+                out, accepted = speculative_greedy(target, drafter, prompt, 40, depth)
+                assert out == reference, (norm, depth, text)
+                assert all(0 <= a <= depth for a in accepted)
+                assert len(accepted) < 40  # fewer target passes than tokens: some drafts were accepted
+
+
+def test_untrained_drafter_still_lossless(tiny_target):
+    from workers.drafter import drafter_from_target
+    from workers.train_drafter import drafter_config_for
+
+    target, tokenizer, _ = tiny_target
+    torch.manual_seed(5)
+    drafter = drafter_from_target(target, drafter_config_for(target, norm="pre", fc_norm=False, fusion="last")).eval()
+    prompt = _prompt(tokenizer)
+    out, accepted = speculative_greedy(target, drafter, prompt, 25, 4)
+    assert out == target_greedy(target, prompt, 25)
+    assert 1 + sum(n + 1 for n in accepted) >= 25  # the prefill emits one; each pass accepted + one
+
+
+def test_batched_drafting_equals_incremental_chain(tiny_target, tiny_drafters):
+    """forward_steps over a whole sequence == prefill + step with a KV cache, chain by chain."""
+    target, tokenizer, _ = tiny_target
+    seq = torch.cat([_prompt(tokenizer), torch.tensor([target_greedy(target, _prompt(tokenizer), 16)])], dim=1)
+    for drafter, _ in tiny_drafters.values():
+        streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)
+        drafts, _ = draft_all_chains(drafter, seq, streams, 5, 0.0, None)
+        for c in range(2, seq.shape[1] - 6):
+            chain = draft_chain(drafter, seq[:, : c + 2], [s[:, : c + 1] for s in streams], 5)
+            assert chain == drafts[0, c].tolist(), c
+
+
+def test_future_tokens_do_not_leak_into_drafts(tiny_target, tiny_drafters):
+    target, tokenizer, _ = tiny_target
+    drafter, _ = tiny_drafters["post"]
+    seq = torch.cat([_prompt(tokenizer), torch.tensor([target_greedy(target, _prompt(tokenizer), 12)])], dim=1)
+    streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)
+    base, _ = draft_all_chains(drafter, seq, streams, 3, 0.0, None)
+    cut = seq.shape[1] - 5
+    altered = seq.clone()
+    altered[:, cut:] = (altered[:, cut:] + 7) % 300 + 3
+    streams2, _ = target_pass(target, altered, drafter.cfg.capture_layers)
+    other, _ = draft_all_chains(drafter, altered, streams2, 3, 0.0, None)
+    last_safe = cut - 2 - 3  # chains whose drafts only read tokens before the cut
+    assert torch.equal(base[0, : last_safe + 1], other[0, : last_safe + 1])
+
+
+def test_greedy_curve_matches_decoding_and_is_consistent(tiny_target, tiny_drafters):
+    target, tokenizer, _ = tiny_target
+    drafter, _ = tiny_drafters["pre"]
+    curve = measure_curve(target=target, drafter=drafter, tokenizer=tokenizer, evaluation=EVAL, seed=0)
+    assert curve.num_chains == EVAL["num_prompts"] * EVAL["continuation_len"]
+    assert len(curve.survival) == 4 and len(curve.accept_len) == 5
+    assert all(a >= b for a, b in zip(curve.survival, curve.survival[1:]))
+    assert curve.accept_len[0] == 1.0
+    for k in range(1, 5):
+        assert curve.accept_len[k] == torch.tensor(curve.survival[:k]).sum().item() + 1.0
+    assert 0.0 < curve.survival[0] <= 1.0
+
+
+def test_identical_drafter_accepts_everything():
+    """A 'drafter' that is the target itself: the verify pass must accept every draft."""
+    from pipeline.acceptance import curve_from_accepted
+
+    torch.manual_seed(0)
+    logits = torch.randn(50, 6, 30)
+    drafts = logits.argmax(-1)
+    ok = (logits.argmax(-1) == drafts).int()
+    curve = curve_from_accepted(ok.cumprod(1).sum(1).tolist(), 6, condition="default", temperature=0.0)
+    assert curve.accept_len[-1] == 7.0 and curve.cond_accept == (1.0,) * 6
+
+
+def test_sampled_curve_probabilities(tiny_target, tiny_drafters):
+    target, tokenizer, _ = tiny_target
+    drafter, _ = tiny_drafters["post"]
+    curve = measure_curve(target=target, drafter=drafter, tokenizer=tokenizer,
+                          evaluation={**EVAL, "temperature": 1.0}, seed=0)
+    assert curve.temperature == 1.0
+    assert all(0.0 < s <= 1.0 for s in curve.survival)
+    assert all(a >= b for a, b in zip(curve.survival, curve.survival[1:]))
+    assert all(0.0 <= c <= 1.0 for c in curve.cond_accept)
+
+
+def test_cost_profile_on_cpu(tiny_target, tiny_drafters):
+    from workers.cost import profile_cost
+
+    target, _, _ = tiny_target
+    drafter, _ = tiny_drafters["pre"]
+    cost = profile_cost(target=target, drafter=drafter, context_len=32, max_depth=4, warmup=1, repeats=3, seed=0)
+    assert cost.hardware.startswith("cpu") and cost.hardware.endswith("float32")
+    assert cost.draft_ms > 0 and cost.decode_ms > 0 and cost.verify_ms > 0
+    assert cost.cost_ratio == cost.draft_ms / cost.decode_ms
