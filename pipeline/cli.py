@@ -18,7 +18,7 @@ from rich.table import Table
 from pipeline.errors import SpecError, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Tune speculative-decoding depth across a fleet.")
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 120)  # no wrapping of tables in logs and pipes
 err = Console(stderr=True)
 
 WorkdirOpt = Annotated[Path, typer.Option("--workdir", help="Where the default SQLite stores and checkpoints live.")]

@@ -43,13 +43,20 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
     from pipeline import cluster as ray_cluster  # ray is imported only when something runs
 
     t0 = time.perf_counter()
-    requests = {j.kind: (j.num_cpus, j.num_gpus) for j in plan.jobs}
+    ctx = Context(plan, store, tracker, workdir / "checkpoints")
+    reusable = _reusable(ctx)
+    if len(reusable) == len(plan.jobs):  # nothing to run: no cluster needed
+        summary = _open_experiment(ctx, spec, spec_text, "no cluster needed")
+        summary.cached = list(reusable)
+        tracker.end(ctx.parent_run, ok=True)
+        summary.seconds = time.perf_counter() - t0
+        return summary
+    requests = {j.kind: (j.num_cpus, j.num_gpus) for j in plan.jobs if j.hash not in reusable}
     cl = ray_cluster.connect(address)
     try:
         about = ray_cluster.check_resources(requests)
-        ctx = Context(plan, store, tracker, workdir / "checkpoints")
         summary = _open_experiment(ctx, spec, spec_text, about)
-        _execute(ctx, cl, summary, console)
+        _execute(ctx, cl, summary, reusable, console)
         tracker.end(ctx.parent_run, ok=not summary.failed)
     finally:
         cl.close()
@@ -84,9 +91,8 @@ def _reusable(ctx: Context) -> dict[str, dict]:
     return out
 
 
-def _execute(ctx: Context, cl, summary: RunSummary, console) -> None:
+def _execute(ctx: Context, cl, summary: RunSummary, reusable: dict[str, dict], console) -> None:
     jobs = ctx.plan.by_hash()
-    reusable = _reusable(ctx)
     refs: dict[str, object] = {}
     for job in ctx.plan.jobs:  # dependencies come first
         if job.hash in reusable:

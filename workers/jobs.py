@@ -90,7 +90,18 @@ JOBS = {
 
 
 def run_job(kind: str, config: dict, inputs: dict, *, num_cpus: float, num_gpus: float, progress=None) -> dict:
-    """Entry point of every job on a worker."""
+    """Entry point of every job on a worker. Training losses come back as history.train_loss."""
     torch.set_num_threads(max(1, int(num_cpus)))
     torch.manual_seed(config.get("seed", 0))
-    return JOBS[kind](config, inputs, num_gpus=num_gpus, progress=progress)
+    history: list[tuple[int, float]] = []
+
+    def report(step: int, total: int, loss: float) -> None:
+        if step % max(1, total // 100) == 0 or step == total:
+            history.append((step, loss))
+        if progress is not None:
+            progress(step, total, loss)
+
+    result = JOBS[kind](config, inputs, num_gpus=num_gpus, progress=report)
+    if history:
+        result["history"] = {"train_loss": history}
+    return result

@@ -1,0 +1,66 @@
+"""The real-model path: a Hugging Face folder as the target, and clear errors for bad checkpoints."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workers.jobs import run_job
+
+DRAFTER = {"kind": "eagle3", "norm": "post", "fc_norm": True, "fusion": "tri",
+           "train": {"ttt_depth": 2, "steps": 3, "lr": 3e-3, "batch_size": 4, "seq_len": 32, "corpus": "pydoc"}}
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory, tiny_target):
+    """A tiny Llama saved the way a downloaded model sits on disk."""
+    model, tokenizer, _ = tiny_target
+    folder = tmp_path_factory.mktemp("hf-llama")
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_drafter_trains_measures_and_profiles_on_a_local_hf_model(hf_folder):
+    source = {"dtype": "float32", "target_hf": hf_folder}
+    trained = run_job("train_drafter", {**source, "drafter": DRAFTER, "seed": 0}, {}, num_cpus=1, num_gpus=0)
+    assert set(trained["files"]) == {"config.json", "model.safetensors"}
+    assert [s for s, _ in trained["history"]["train_loss"]] == [1, 2, 3]
+    evaluation = {"max_depth": 3, "temperature": 0.0, "num_prompts": 3, "prompt_len": 12,
+                  "continuation_len": 4, "corpus": "pydoc"}
+    curve = run_job("measure_curve", {**source, "evaluation": evaluation, "seed": 0, "target": "t", "drafter": "d"},
+                    {"drafter": trained}, num_cpus=1, num_gpus=0)["curve"]
+    assert curve["num_chains"] == 12 and len(curve["accept_len"]) == 4
+    cost = run_job("profile_cost", {**source, "cost": {"context_len": 8, "warmup": 0, "repeats": 2},
+                                    "max_depth": 3, "seed": 0}, {"drafter": trained}, num_cpus=1, num_gpus=0)
+    assert cost["cost"]["draft_ms"] > 0
+
+
+def test_missing_local_model_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no model at"):
+        run_job("train_drafter", {"dtype": "float32", "target_hf": str(tmp_path / "nope"), "drafter": DRAFTER,
+                                  "seed": 0}, {}, num_cpus=1, num_gpus=0)
+
+
+def test_gpu_job_without_cuda_refuses_to_fall_back(hf_folder):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(RuntimeError, match="num_gpus=1"):
+        run_job("train_drafter", {"dtype": "auto", "target_hf": hf_folder, "drafter": DRAFTER, "seed": 0}, {},
+                num_cpus=1, num_gpus=1)
+
+
+def test_corrupt_drafter_checkpoint_names_the_file(tiny_drafters):
+    from workers.train_drafter import load_drafter
+
+    _, files = tiny_drafters["pre"]
+    broken = {**files, "model.safetensors": files["model.safetensors"][:100]}
+    with pytest.raises(RuntimeError, match="model.safetensors"):
+        load_drafter(broken, device="cpu", dtype=torch.float32)
+    with pytest.raises(RuntimeError, match="config.json"):
+        load_drafter({**files, "config.json": b"{not json"}, device="cpu", dtype=torch.float32)
+    import json
+
+    cfg = json.loads(files["config.json"])
+    wrong = {**files, "config.json": json.dumps({**cfg, "fc_norm": not cfg["fc_norm"]}).encode()}
+    with pytest.raises(RuntimeError, match="do not match"):
+        load_drafter(wrong, device="cpu", dtype=torch.float32)
