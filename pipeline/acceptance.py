@@ -71,20 +71,26 @@ def curve_from_accepted(accepted: Sequence[int], max_depth: int, *, condition: s
     return _curve(survival, n, condition, temperature)
 
 
-def curve_from_path_probs(alphas: Sequence[Sequence[float]], *, condition: str, temperature: float) -> Curve:
-    """Pool sampled chains: `alphas[i][j-1]` = sum_x min(p, q) at draft j of chain i.
+def curve_from_sampled(ratios: Sequence[Sequence[float]], alphas: Sequence[Sequence[float]], *,
+                       condition: str, temperature: float) -> Curve:
+    """Pool sampled chains, drafts drawn from the drafter's q along each path.
 
-    The expected number of accepted drafts along a drafted path is the sum over j of the product
-    of the per-position acceptance probabilities, so survival[j] = mean_i prod_{l<=j} alphas[i][l].
+    ratios[i][l] = min(1, p(x_l) / q(x_l)) at the drafted token x_l: the chance draft l is accepted.
+    alphas[i][l] = sum_x min(p(x), q(x)): its expected value over the draw at that position.
+    P(drafts 1..j accepted | path) = prod_{l<=j} ratios[l]; replacing the last factor by its
+    expectation alphas[j] keeps the estimate unbiased and lowers its variance:
+    survival[j] = mean_i prod_{l<j} ratios[i][l] * alphas[i][j].
     """
     n = len(alphas)
-    if n == 0:
-        raise ValueError("no chains were measured")
+    if n == 0 or len(ratios) != n:
+        raise ValueError("need one row of ratios and alphas per chain")
     depth = len(alphas[0])
     sums = [0.0] * depth
-    for row in alphas:
-        for j, s in enumerate(survival_from_cond(row)):
-            sums[j] += s
+    for r_row, a_row in zip(ratios, alphas):
+        prefix = 1.0
+        for j in range(depth):
+            sums[j] += prefix * a_row[j]
+            prefix *= r_row[j]
     return _curve([s / n for s in sums], n, condition, temperature)
 
 

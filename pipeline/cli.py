@@ -91,9 +91,8 @@ def run(
         names = {j.hash: j.name for j in plan.jobs}
         out.print(f"experiment {parsed.name} (id {summary.experiment_id}, MLflow run {summary.mlflow_run_id}) on "
                   f"{summary.cluster}: {len(summary.done)} ran, {len(summary.cached)} reused, "
-                  f"{len(summary.failed)} failed in {summary.seconds:.1f}s")
-        pairs = {(t.name, d.name) for t, d in parsed.pairing_list()}
-        rows = [r for r in store.best() if (r["target"], r["drafter"]) in pairs]
+                  f"{len(summary.failed)} failed in {summary.seconds:.1f}s", soft_wrap=True)
+        rows = _selected(plan, store)
         if rows:
             from pipeline.report import best_table
 
@@ -104,6 +103,17 @@ def run(
             raise typer.Exit(1)
     finally:
         store.close()
+
+
+def _selected(plan, store) -> list[dict]:
+    """The depth choices of this plan's select jobs (run now or reused), for the summary table."""
+    rows = []
+    for job in plan.jobs:
+        stored = store.finished_result(job.hash) if job.kind == "select_depth" else None
+        if stored is not None:
+            rows.append({"target": job.target, "drafter": job.drafter, "hardware": stored["hardware"],
+                         **stored["choice"]})
+    return rows
 
 
 def _print_plan(plan, workdir: Path, db: str | None) -> None:

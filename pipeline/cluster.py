@@ -90,8 +90,12 @@ def connect(address: str | None) -> Cluster:
     if ray.is_initialized():
         cluster = Cluster(started_here=False, address="(already connected)")
     elif address:
-        try:
-            ray.init(address=address, log_to_driver=False)
+        import pipeline
+        import workers
+
+        try:  # ship specfleet's own code; the nodes bring torch and the other dependencies
+            ray.init(address=address, log_to_driver=False,
+                     runtime_env={"py_modules": [pipeline, workers]})
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UserError(f"--address: cannot join Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
         cluster = Cluster(started_here=False, address=address)

@@ -93,38 +93,54 @@ def _reusable(ctx: Context) -> dict[str, dict]:
 
 def _execute(ctx: Context, cl, summary: RunSummary, reusable: dict[str, dict], console) -> None:
     jobs = ctx.plan.by_hash()
-    refs: dict[str, object] = {}
+    submitted: dict[str, object] = {}  # job hash -> result ref of a job that runs now
+    reused_refs: dict[str, object] = {}  # job hash -> ref of a reused result put in the object store
     for job in ctx.plan.jobs:  # dependencies come first
         if job.hash in reusable:
             summary.cached.append(job.hash)
             continue
-        deps = {name: _input_ref(cl, h, refs, reusable) for name, h in job.deps}
-        refs[job.hash] = cl.submit(job, deps)
+        deps = {name: _input_ref(cl, h, submitted, reused_refs, reusable) for name, h in job.deps}
+        submitted[job.hash] = cl.submit(job, deps)
     view = ProgressView(console, jobs, cached=set(summary.cached))
     runs: dict[str, str] = {}
-    pending = {ref: h for h, ref in refs.items()}
-    with view:
-        while pending:
-            done = cl.wait(list(pending), timeout=0.3)
-            board = cl.progress()
-            for h in board:
-                if h not in runs and h in refs:
-                    runs[h] = _start_run(ctx, jobs[h])
-            for ref in done:
-                h = pending.pop(ref)
-                _finish(ctx, cl, jobs[h], ref, runs, summary)
-            view.update(board, summary)
+    pending = {ref: h for h, ref in submitted.items()}
+    try:
+        with view:
+            while pending:
+                done = cl.wait(list(pending), timeout=0.3)
+                board = cl.progress()
+                for h in board:
+                    if h not in runs and h in submitted:
+                        runs[h] = _start_run(ctx, jobs[h])
+                for ref in done:
+                    h = pending.pop(ref)
+                    _finish(ctx, cl, jobs[h], ref, runs, summary)
+                view.update(board, summary)
+    except BaseException:  # interrupted or a store/MLflow failure: leave nothing marked running
+        cl.cancel(list(pending))
+        for h in pending.values():
+            _record_failure(ctx, h, runs, summary, "interrupted before it finished")
+        ctx.tracker.end(ctx.parent_run, ok=False)
+        raise
 
 
-def _input_ref(cl, dep_hash: str, refs: dict, reusable: dict):
-    if dep_hash in refs:
-        return refs[dep_hash]
-    stored = reusable[dep_hash]
-    value = dict(stored)
-    if "checkpoint_dir" in stored:
-        value["files"] = load_checkpoint(Path(stored["checkpoint_dir"]))
-    refs[dep_hash] = cl.put(value)
-    return refs[dep_hash]
+def _input_ref(cl, dep_hash: str, submitted: dict, reused_refs: dict, reusable: dict):
+    if dep_hash in submitted:
+        return submitted[dep_hash]
+    if dep_hash not in reused_refs:
+        stored = reusable[dep_hash]
+        value = dict(stored)
+        if "checkpoint_dir" in stored:
+            value["files"] = load_checkpoint(Path(stored["checkpoint_dir"]))
+        reused_refs[dep_hash] = cl.put(value)
+    return reused_refs[dep_hash]
+
+
+def _record_failure(ctx: Context, h: str, runs: dict, summary: RunSummary, reason: str) -> None:
+    if h in runs:
+        ctx.tracker.end(runs[h], ok=False)
+    ctx.store.mark_failed(h, error=reason)
+    summary.failed[h] = reason
 
 
 def _start_run(ctx: Context, job: Job) -> str:
@@ -142,10 +158,7 @@ def _finish(ctx: Context, cl, job: Job, ref, runs: dict, summary: RunSummary) ->
     except Exception as exc:  # a worker's exception arrives wrapped by Ray; record it, keep going
         started = job.hash in runs
         reason = _one_line(exc) if started else f"not run: an upstream job failed ({_one_line(exc)})"
-        if started:
-            ctx.tracker.end(runs[job.hash], ok=False)
-        ctx.store.mark_failed(job.hash, error=reason)
-        summary.failed[job.hash] = reason
+        _record_failure(ctx, job.hash, runs, summary, reason)
         return
     if job.hash not in runs:  # finished between two polls of the progress board
         runs[job.hash] = _start_run(ctx, job)

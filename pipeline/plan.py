@@ -49,9 +49,10 @@ def build_plan(spec: ExperimentSpec, code_version: str) -> Plan:
     jobs: dict[str, Job] = {}
 
     def add(kind: str, name: str, config: dict, deps: dict[str, str], target=None, drafter=None) -> str:
+        res = spec.resources_for(kind)
+        config = {**config, **_placement(kind, res.num_cpus, res.num_gpus)}
         h = job_hash(kind, config, deps, code_version)
         if h not in jobs:
-            res = spec.resources_for(kind)
             jobs[h] = Job(kind, name, config, tuple(sorted(deps.items())), h,
                           res.num_cpus, res.num_gpus, target, drafter)
         return h
@@ -83,6 +84,22 @@ def build_plan(spec: ExperimentSpec, code_version: str) -> Plan:
         add("select_depth", f"select_depth {pair}", {**names, "cost_ratio": spec.cost.cost_ratio},
             {"curve": curve, "cost": cost}, target.name, drafter.name)
     return Plan(spec.content_hash(), code_version, tuple(jobs.values()))
+
+
+def _placement(kind: str, num_cpus: float, num_gpus: float) -> dict:
+    """The part of a job's resources that can change its result.
+
+    The device kind decides dtype ('auto') and numerics of every torch job; timings also depend
+    on how many CPU threads the job had. Resources that change nothing (a select job's CPUs)
+    stay out of the hash.
+    """
+    if kind == "select_depth":
+        return {}
+    placement = {"device": "cuda" if num_gpus > 0 else "cpu"}
+    if kind == "profile_cost":
+        placement["num_cpus"] = num_cpus
+        placement["num_gpus"] = num_gpus
+    return placement
 
 
 def _target_source(spec: ExperimentSpec, target: Target) -> dict:

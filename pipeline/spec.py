@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator,
+)
 
 from pipeline.errors import SpecError
 from pipeline.yaml_lines import line_of
@@ -76,6 +78,12 @@ class TrainDrafter(Strict):
     seq_len: int = Field(128, ge=8)
     corpus: Literal["stdlib", "pydoc"] = "stdlib"
 
+    @model_validator(mode="after")
+    def _chains_fit(self):
+        if self.ttt_depth >= self.seq_len - 1:
+            raise ValueError(f"ttt_depth {self.ttt_depth} must be < seq_len - 1 = {self.seq_len - 1}")
+        return self
+
 
 class Eagle3Drafter(Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
@@ -134,6 +142,13 @@ class ExperimentSpec(Strict):
     evaluation: Evaluation = Evaluation()
     cost: Cost = Cost()
     resources: dict[Literal[JOB_KINDS], Resources] = Field(default_factory=_default_resources)
+
+    @field_validator("pairings")
+    @classmethod
+    def _some_pairings(cls, value):
+        if value != "all" and not value:
+            raise ValueError("give 'all' or at least one {target, drafter} pair")
+        return value
 
     def resources_for(self, kind: str) -> Resources:
         return self.resources.get(kind, Resources())
@@ -195,6 +210,8 @@ def _clean_loc(loc: tuple) -> tuple:
     for part in loc:
         if out[-2:-1] == ["drafters"] and isinstance(out[-1], int) and part in DRAFTER_KINDS:
             continue
+        if isinstance(part, str) and part.startswith(("literal[", "list[")):
+            continue  # which branch of a union pydantic tried: not a field the user wrote
         out.append(part)
     return tuple(out)
 
@@ -215,7 +232,7 @@ def parse_spec(text: str, source: str = "<spec>") -> ExperimentSpec:
     try:
         spec = ExperimentSpec.model_validate(data)
     except ValidationError as exc:
-        problems += [_describe(err) for err in exc.errors()]
+        problems += _merge_union_errors([_describe(err) for err in exc.errors()])
         spec = None
     if problems:
         messages = []
@@ -225,6 +242,16 @@ def parse_spec(text: str, source: str = "<spec>") -> ExperimentSpec:
             messages.append(f"{_field_path(loc)}: {msg}{where}")
         raise SpecError(source, messages)
     return spec
+
+
+def _merge_union_errors(problems: list[tuple[tuple, str]]) -> list[tuple[tuple, str]]:
+    """A value that fits no branch of a union yields one error per branch: join them per field."""
+    merged: dict[tuple, list[str]] = {}
+    for loc, msg in problems:
+        if any(other[: len(loc)] == loc and len(other) > len(loc) for other, _ in problems):
+            continue  # a branch that failed deeper inside says more than one that failed here
+        merged.setdefault(loc, []).append(msg)
+    return [(loc, msgs[0] if len(msgs) == 1 else " or ".join(msgs)) for loc, msgs in merged.items()]
 
 
 def _describe(err: dict) -> tuple[tuple, str]:

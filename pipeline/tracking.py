@@ -62,10 +62,6 @@ class Tracker:
         self._log_params(run.info.run_id, params)
         return exp_id, run.info.run_id
 
-    def finished_job_run(self, experiment_id: str, job_hash: str) -> str | None:
-        run = self._find(experiment_id, TAG_JOB, job_hash, statuses=("FINISHED",))
-        return run.info.run_id if run else None
-
     def start_job(self, experiment_id: str, parent_run_id: str, *, job_hash: str, kind: str, name: str,
                   params: dict, tags: dict) -> str:
         run = self.client.create_run(

@@ -7,7 +7,7 @@ import pytest
 
 from pipeline.acceptance import (
     accept_len_from_survival, choose_depth, closed_form_accept_len, cond_from_survival, curve_from_accepted,
-    curve_from_path_probs, curve_speedup, leviathan_speedup, survival_from_cond,
+    curve_from_sampled, curve_speedup, leviathan_speedup, survival_from_cond,
 )
 
 
@@ -68,12 +68,26 @@ def test_curve_from_accepted_pools_over_chains():
         curve_from_accepted([4], 3, condition="default", temperature=0.0)
 
 
-def test_curve_from_path_probs_is_expected_survival():
-    alphas = [[0.5, 0.5], [1.0, 0.2]]
-    curve = curve_from_path_probs(alphas, condition="default", temperature=1.0)
-    assert curve.survival == pytest.approx(((0.5 + 1.0) / 2, (0.25 + 0.2) / 2))
-    assert curve.accept_len[2] == pytest.approx(1 + 0.75 + 0.225)
+def test_curve_from_sampled_uses_path_ratios_then_expected_last_step():
+    ratios = [[1.0, 0.5], [0.2, 1.0]]
+    alphas = [[0.6, 0.5], [0.4, 0.9]]
+    curve = curve_from_sampled(ratios, alphas, condition="default", temperature=1.0)
+    assert curve.survival == pytest.approx(((0.6 + 0.4) / 2, (1.0 * 0.5 + 0.2 * 0.9) / 2))
     assert math.prod(curve.cond_accept) == pytest.approx(curve.survival[-1])
+
+
+def test_curve_from_sampled_is_unbiased_on_a_two_token_example():
+    """Two tokens, p = (1, 0) at step 1 then certain acceptance; q = (0.5, 0.5) at step 1.
+
+    True survival[2] = P(draft 1 accepted) * 1 = 0.5. Averaging prod(alpha) over paths gives
+    0.5 * 1 for the accepted path and 0.5 * (alpha_2 of the rejected path) otherwise; using the
+    path's acceptance ratio removes the rejected path's contribution.
+    """
+    # path A drafts token 0: ratio min(1, 1/0.5) = 1; path B drafts token 1: ratio 0
+    ratios = [[1.0, 1.0], [0.0, 1.0]]
+    alphas = [[0.5, 1.0], [0.5, 0.2]]
+    curve = curve_from_sampled(ratios, alphas, condition="default", temperature=1.0)
+    assert curve.survival == pytest.approx((0.5, 0.5))
 
 
 def test_cond_from_survival_round_trip():

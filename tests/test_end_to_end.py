@@ -112,6 +112,19 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
     assert "0 ran, 9 reused, 0 failed" in again.stdout
     assert len(client.search_runs([exp.experiment_id])) == 10
 
+    # a changed evaluation reruns only what it affects; reused training jobs are not recorded again
+    deeper = dict(SPEC, evaluation={**SPEC["evaluation"], "max_depth": 2})
+    spec.write_text(yaml.safe_dump(deeper))
+    partial = specfleet("run", str(spec), "--address", ray_cluster, cwd=tmp_path)
+    assert partial.returncode == 0, partial.stderr[-3000:]
+    assert "6 ran, 3 reused, 0 failed" in partial.stdout
+    store = Store(f"sqlite:///{tmp_path / '.specfleet' / 'specfleet.db'}")
+    trained = [j for j in store.jobs() if j["kind"].startswith("train")]
+    assert len(trained) == 3 and all(j["attempts"] == 1 for j in trained)
+    assert len(store.experiments()) == 2
+    store.close()
+    assert len(client.search_runs([exp.experiment_id])) == 10 + 1 + 6
+
     # a spec asking for GPUs the cluster lacks is refused before anything is written
     gpu = dict(SPEC, name="needs-gpu", resources={"train_drafter": {"num_cpus": 1, "num_gpus": 1}})
     gspec = tmp_path / "gpu.yaml"
@@ -121,6 +134,6 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
     assert "resources.train_drafter.num_gpus" in refused.stderr and "0 GPU" in refused.stderr
     assert "Traceback" not in refused.stderr
     store = Store(f"sqlite:///{tmp_path / '.specfleet' / 'specfleet.db'}")
-    assert [e["name"] for e in store.experiments()] == ["e2e"]
+    assert [e["name"] for e in store.experiments()] == ["e2e", "e2e"]
     store.close()
     assert client.get_experiment_by_name("specfleet/needs-gpu") is None

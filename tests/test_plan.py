@@ -85,7 +85,12 @@ def test_cost_ratio_override_touches_only_selection():
     assert {n.split()[0] for n in a if a[n] != b[n]} == {"select_depth"}
 
 
-def test_resources_do_not_change_hashes():
+def test_resources_change_hashes_only_where_they_change_results():
     a = hashes(plan_of(BASE))
-    b = hashes(plan_of(modified(["resources"], {"train_drafter": {"num_cpus": 2, "num_gpus": 0}})))
-    assert a == b
+    more_cpus = hashes(plan_of(modified(["resources"], {"train_drafter": {"num_cpus": 2, "num_gpus": 0}})))
+    assert more_cpus == a  # the same computation on the same kind of device
+    on_gpu = hashes(plan_of(modified(["resources"], {"train_drafter": {"num_cpus": 1, "num_gpus": 1}})))
+    assert {n.split()[0] for n in a if a[n] != on_gpu[n]} == {
+        "train_drafter", "measure_curve", "profile_cost", "select_depth"}
+    timing = hashes(plan_of(modified(["resources"], {"profile_cost": {"num_cpus": 2, "num_gpus": 0}})))
+    assert {n.split()[0] for n in a if a[n] != timing[n]} == {"profile_cost", "select_depth"}

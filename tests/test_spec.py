@@ -55,6 +55,8 @@ def test_quickstart_is_valid():
     (("name: ok\n", "name: ok\nresources: {train_drafter: {num_gpus: -1}}\n"), "resources.train_drafter.num_gpus", 2),
     (("name: ok\n", "name: ok\npairings: [{target: t, drafter: zz}]\n"), "pairings[0].drafter", 2),
     (("name: ok\n", "name: ok\ncost: {repeats: 0}\n"), "cost.repeats", 2),
+    (("name: ok\n", "name: ok\npairings: []\n"), "pairings", 2),
+    (("ttt_depth: 2}", "ttt_depth: 9, seq_len: 10}"), "drafters[0].train", 8),
 ])
 def test_each_error_names_its_field_and_line(change, field, line):
     msgs = errors_of(GOOD.replace(*change, 1))

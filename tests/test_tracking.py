@@ -26,12 +26,11 @@ def test_parent_and_child_runs_with_curve(tmp_path):
                                params=job.config, tags={})
     curve = Curve("default", 0.0, 10, (0.8, 0.5, 0.5), (0.8, 0.4, 0.2), (1.0, 1.8, 2.2, 2.4))
     log_job(tracker, run_id, job, {"curve": curve.to_dict()})
-    assert tracker.finished_job_run(exp_id, job.hash) is None  # not finished yet
-    tracker.end(run_id, ok=True)
-    assert tracker.finished_job_run(exp_id, job.hash) == run_id
-
     client = MlflowClient(uri)
+    assert client.get_run(run_id).info.status == "RUNNING"
+    tracker.end(run_id, ok=True)
     run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
     assert run.data.tags[TAG_JOB] == job.hash and run.data.tags["mlflow.parentRunId"] == parent
     assert run.data.params["evaluation.max_depth"] == "3"
     acc = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "accept_len"))

@@ -56,6 +56,6 @@ def profile_cost(*, target, drafter, context_len: int, max_depth: int, warmup: i
     d_cache, logits, chain = drafter.prefill(ctx[:, 1:], g0)
     token = logits.argmax(-1)
     draft_ms = _median_ms(
-        lambda: drafter.step(token, chain, d_cache, context_len), warmup=warmup, repeats=repeats, device=device
+        lambda: drafter.step(token, chain, d_cache, context_len - 1), warmup=warmup, repeats=repeats, device=device
     )
     return CostProfile(hardware=hardware_id(device, dtype), draft_ms=draft_ms, decode_ms=decode_ms, verify_ms=verify_ms)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.acceptance import curve_from_accepted, curve_from_path_probs
+from pipeline.acceptance import curve_from_accepted, curve_from_sampled
 from pipeline.types import Curve
 from workers.features import cached_forward, target_pass
 from workers.tokenizer import token_stream
@@ -107,4 +107,6 @@ def measure_curve(*, target, drafter, tokenizer, evaluation: dict, seed: int, co
     q = torch.softmax(torch.stack([q_logits[b, c] for b, c in rows]) / temp, dim=-1)  # [N, K, V]
     p = torch.softmax(p_logits / temp, dim=-1)
     alphas = torch.minimum(p, q).sum(-1).clamp(max=1.0)  # [N, K]
-    return curve_from_path_probs(alphas.tolist(), condition=condition, temperature=temp)
+    picked = chain_drafts[..., None]
+    ratios = (p.gather(-1, picked) / q.gather(-1, picked)).squeeze(-1).clamp(max=1.0)  # [N, K]
+    return curve_from_sampled(ratios.tolist(), alphas.tolist(), condition=condition, temperature=temp)

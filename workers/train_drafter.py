@@ -32,9 +32,16 @@ def drafter_config_for(target, *, norm: str, fc_norm: bool, fusion: str) -> Draf
         capture_layers=capture_layers(c.num_hidden_layers, fusion),
         norm=norm,
         fc_norm=fc_norm,
-        rope_theta=float(getattr(c, "rope_theta", None) or 10000.0),
+        rope_theta=_rope_theta(c),
         rms_eps=float(getattr(c, "rms_norm_eps", 1e-6)),
     )
+
+
+def _rope_theta(config) -> float:
+    """The target's rotary base: `rope_theta` (transformers 4) or `rope_parameters` (5)."""
+    params = getattr(config, "rope_parameters", None) or {}
+    theta = params.get("rope_theta") if isinstance(params, dict) else None
+    return float(theta or getattr(config, "rope_theta", None) or 10000.0)
 
 
 def ttt_loss(drafter: Eagle3Drafter, streams, target_logits, input_ids, ttt_depth: int):
