@@ -8,7 +8,9 @@ from sqlalchemy.orm import Session
 
 from db.tables import JOB_STATUSES, CurvePoint, Experiment, ExperimentJob, Job, TunedConfig
 
-BEST_KEYS = (
+# The columns of a tuned config the store is given, and those a `best` row shows.
+TUNED_KEYS = (
+    "experiment_id",
     "target",
     "drafter",
     "hardware",
@@ -21,8 +23,8 @@ BEST_KEYS = (
     "spec_hash",
     "code_version",
     "mlflow_run_id",
-    "created_at",
 )
+BEST_KEYS = (*TUNED_KEYS[1:], "created_at")
 
 
 def iso(moment: datetime | None) -> str | None:

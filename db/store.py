@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db import queries
 from db.engine import mask_url, open_database
+from db.queries import TUNED_KEYS
 from db.errors import StoreError, one_line
 from db.tables import Base, CurvePoint, Experiment, ExperimentJob, Job, TunedConfig, utc_now
 
@@ -27,21 +28,6 @@ if TYPE_CHECKING:  # only read through attributes, so db does not import pipelin
 
 __all__ = ["Store", "StoreError", "TUNED_KEYS"]
 
-TUNED_KEYS = (
-    "experiment_id",
-    "target",
-    "drafter",
-    "hardware",
-    "condition",
-    "temperature",
-    "depth",
-    "accept_len",
-    "speedup",
-    "cost_ratio",
-    "spec_hash",
-    "code_version",
-    "mlflow_run_id",
-)
 
 # INSERT ... ON CONFLICT DO NOTHING, so concurrent or replayed inserts of the same key are safe.
 _INSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}

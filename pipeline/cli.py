@@ -92,6 +92,8 @@ def run(
         out.print(f"experiment {parsed.name} (id {summary.experiment_id}, MLflow run {summary.mlflow_run_id}) on "
                   f"{summary.cluster}: {len(summary.done)} ran, {len(summary.cached)} reused, "
                   f"{len(summary.failed)} failed in {summary.seconds:.1f}s", soft_wrap=True)
+        if summary.report is not None:
+            out.print(f"curves of every pairing: {summary.report}", soft_wrap=True)
         rows = _selected(plan, store)
         if rows:
             from pipeline.report import best_table

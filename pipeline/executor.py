@@ -13,7 +13,9 @@ from pathlib import Path
 from pipeline.plan import Job, Plan
 from pipeline.progress import ProgressView
 from pipeline.record import db_extras, load_checkpoint, log_job, stored_result
+from pipeline.report import plot_comparison
 from pipeline.tracking import Tracker
+from pipeline.types import Curve
 
 
 @dataclass
@@ -25,6 +27,7 @@ class RunSummary:
     done: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    report: Path | None = None  # the plot of every pairing's curve
 
 
 @dataclass
@@ -48,6 +51,7 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
     if len(reusable) == len(plan.jobs):  # nothing to run: no cluster needed
         summary = _open_experiment(ctx, spec, spec_text, "no cluster needed")
         summary.cached = list(reusable)
+        summary.report = _report(ctx, workdir / "reports" / f"{spec.name}-curves.png", spec.name)
         tracker.end(ctx.parent_run, ok=True)
         summary.seconds = time.perf_counter() - t0
         return summary
@@ -57,6 +61,7 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
         about = ray_cluster.check_resources(requests)
         summary = _open_experiment(ctx, spec, spec_text, about)
         _execute(ctx, cl, summary, reusable, console)
+        summary.report = _report(ctx, workdir / "reports" / f"{spec.name}-curves.png", spec.name)
         tracker.end(ctx.parent_run, ok=not summary.failed)
     finally:
         cl.close()
@@ -76,6 +81,20 @@ def _open_experiment(ctx: Context, spec, spec_text: str, about: str) -> RunSumma
     for job in plan.jobs:
         ctx.store.link_job(ctx.experiment_id, job_hash=job.hash, kind=job.kind, name=job.name, config=job.config)
     return RunSummary(ctx.experiment_id, ctx.parent_run, about)
+
+
+def _report(ctx: Context, path: Path, name: str) -> Path | None:
+    """Plot every measured curve of the plan together; log it to the experiment's parent run."""
+    curves = {}
+    for job in ctx.plan.jobs:
+        stored = ctx.store.finished_result(job.hash) if job.kind == "measure_curve" else None
+        if stored is not None:
+            curves[f"{job.target} / {job.drafter}"] = Curve.from_dict(stored["curve"])
+    if not curves:
+        return None
+    plot_comparison(curves, path, f"{name}: acceptance vs depth")
+    ctx.tracker.log_artifact(ctx.parent_run, path)
+    return path
 
 
 def _reusable(ctx: Context) -> dict[str, dict]:

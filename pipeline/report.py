@@ -54,3 +54,25 @@ def best_table(rows: list[dict]) -> Table:
         table.add_row(r["target"], r["drafter"], r["hardware"], str(r["depth"]),
                       f"{r['accept_len']:.3f}", f"{r['speedup']:.3f}x", f"{r['cost_ratio']:.3f}")
     return table
+
+
+def plot_comparison(curves: dict[str, Curve], path: str | Path, title: str) -> Path:
+    """Every pairing's survival and accept_len curves in one figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, curve in sorted(curves.items()):
+        ax1.plot(range(1, curve.max_depth + 1), curve.survival, "o-", label=label)
+        ax2.plot(range(curve.max_depth + 1), curve.accept_len, "o-", label=label)
+    ax1.set(xlabel="depth j", ylabel="survival[j]", ylim=(0, 1.02), title="P(at least j drafts accepted)")
+    ax2.set(xlabel="depth k", ylabel="accept_len(k)", title="tokens per target pass")
+    ax1.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

@@ -119,8 +119,8 @@ class Evaluation(Strict):
 
 class Cost(Strict):
     context_len: int = Field(128, ge=1, description="cached context length the steps are timed at")
-    warmup: int = Field(3, ge=0)
-    repeats: int = Field(10, ge=1)
+    warmup: int = Field(5, ge=0)
+    repeats: int = Field(30, ge=1)
     cost_ratio: float | None = Field(None, gt=0, description="override the measured draft/decode ratio")
 
 

@@ -15,19 +15,26 @@ from workers.device import hardware_id
 from workers.features import cached_forward, target_pass
 
 
-def _median_ms(fn, *, warmup: int, repeats: int, device: torch.device) -> float:
+def _interleaved_medians(fns: dict, *, warmup: int, repeats: int, device: torch.device) -> dict[str, float]:
+    """Median milliseconds of each call, timed in alternating rounds.
+
+    Alternating means a burst of load from a neighbour on the machine hits every measurement
+    alike instead of inflating one of them, so the ratio between them stays honest.
+    """
     for _ in range(warmup):
-        fn()
-    times = []
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - t0) * 1000.0)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times[name].append((time.perf_counter() - t0) * 1000.0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 @torch.no_grad()
@@ -47,15 +54,16 @@ def profile_cost(*, target, drafter, context_len: int, max_depth: int, warmup: i
 
         return run
 
-    decode_ms = _median_ms(target_call(1), warmup=warmup, repeats=repeats, device=device)
-    verify_ms = _median_ms(target_call(max_depth + 1), warmup=warmup, repeats=repeats, device=device)
-
     streams, _ = target_pass(target, ctx, drafter.cfg.capture_layers)
-    ddtype = drafter.fc.weight.dtype
-    g0 = drafter.fuse([s[:, :-1].to(ddtype) for s in streams])
-    d_cache, logits, chain = drafter.prefill(ctx[:, 1:], g0)
+    g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
+    d_cache, logits, chain = drafter.prefill(ctx[:, 1:], g0)  # cached positions 0..L-2
     token = logits.argmax(-1)
-    draft_ms = _median_ms(
-        lambda: drafter.step(token, chain, d_cache, context_len - 1), warmup=warmup, repeats=repeats, device=device
+    ms = _interleaved_medians(
+        {
+            "draft_ms": lambda: drafter.step(token, chain, d_cache, context_len - 1),
+            "decode_ms": target_call(1),
+            "verify_ms": target_call(max_depth + 1),
+        },
+        warmup=warmup, repeats=repeats, device=device,
     )
-    return CostProfile(hardware=hardware_id(device, dtype), draft_ms=draft_ms, decode_ms=decode_ms, verify_ms=verify_ms)
+    return CostProfile(hardware=hardware_id(device, dtype), **ms)
