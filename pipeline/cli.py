@@ -83,10 +83,12 @@ def run(
     from pipeline.tracking import Tracker
 
     workdir.mkdir(parents=True, exist_ok=True)
-    store = _store(workdir, db)
     uri, artifacts = mlflow_uri(workdir, mlflow)
+    tracker = Tracker(uri, artifacts)
+    tracker.check()
+    store = _store(workdir, db)
     try:
-        summary = run_plan(plan, spec=parsed, spec_text=text, store=store, tracker=Tracker(uri, artifacts),
+        summary = run_plan(plan, spec=parsed, spec_text=text, store=store, tracker=tracker,
                            workdir=workdir, address=address, console=err)
         names = {j.hash: j.name for j in plan.jobs}
         out.print(f"experiment {parsed.name} (id {summary.experiment_id}, MLflow run {summary.mlflow_run_id}) on "
@@ -183,23 +185,12 @@ def status(workdir: WorkdirOpt = Path(".specfleet"), db: DbOpt = None):
 
 
 def main() -> None:
+    """Usage errors are typer's (exit 2); a spec or user error is printed as plain lines, no traceback."""
     try:
-        app(standalone_mode=False)
+        app()
     except SpecError as exc:  # plain writes: rich would wrap long lines
         sys.stderr.write(f"{exc.source}: {len(exc.messages)} error(s)\n" + "".join(f"{m}\n" for m in exc.messages))
         sys.exit(exc.exit_code)
     except UserError as exc:
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(exc.exit_code)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
-        err.print("interrupted")
-        sys.exit(130)
-    except Exception as exc:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise

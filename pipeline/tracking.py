@@ -9,7 +9,10 @@ import json
 from pathlib import Path
 
 from mlflow.entities import Metric, Param
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+
+from pipeline.errors import UserError
 
 TAG_SPEC = "specfleet.spec_hash"
 TAG_JOB = "specfleet.job_hash"
@@ -36,6 +39,13 @@ class Tracker:
         self.uri = tracking_uri
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.artifact_root = artifact_root
+
+    def check(self) -> None:
+        """Reach the tracking store once, so a bad URI fails before anything is written."""
+        try:
+            self.client.search_experiments(max_results=1)
+        except (MlflowException, OSError) as exc:
+            raise UserError(f"--mlflow: cannot use tracking store {self.uri}: {str(exc).splitlines()[0]}") from None
 
     def experiment_id(self, name: str) -> str:
         exp = self.client.get_experiment_by_name(name)
