@@ -34,7 +34,8 @@ def tiny_drafters(tiny_target):
     target, tokenizer, _ = tiny_target
     out = {}
     for norm in ("pre", "post"):
-        files, _ = train_drafter(target=target, tokenizer=tokenizer, norm=norm, fc_norm=norm == "post", fusion="tri",
-                                 train=TINY_DRAFT_TRAIN, seed=0, device=torch.device("cpu"))
+        variant = {"norm": norm, "fc_norm": norm == "post", "fusion": "tri"}
+        files, _ = train_drafter(target=target, tokenizer=tokenizer, variant=variant, train=TINY_DRAFT_TRAIN,
+                                 seed=0, device=torch.device("cpu"))
         out[norm] = (load_drafter(files, device="cpu", dtype=torch.float32), files)
     return out

@@ -12,7 +12,7 @@ import torch
 
 from pipeline.types import CostProfile
 from workers.device import hardware_id
-from workers.features import cached_forward, target_pass
+from workers.features import cached_forward_states, target_pass
 
 
 def _interleaved_medians(fns: dict, *, warmup: int, repeats: int, device: torch.device) -> dict[str, float]:
@@ -45,11 +45,11 @@ def profile_cost(*, target, drafter, context_len: int, max_depth: int, warmup: i
     gen = torch.Generator().manual_seed(seed)
     ctx = torch.randint(3, vocab, (1, context_len), generator=gen).to(device)  # [1, L]
     new = torch.randint(3, vocab, (1, max_depth + 1), generator=gen).to(device)  # [1, k+1]
-    _, cache = cached_forward(target, ctx)
+    _, cache, _ = cached_forward_states(target, ctx)
 
     def target_call(n_tokens: int):
         def run():
-            cached_forward(target, new[:, :n_tokens], cache)
+            cached_forward_states(target, new[:, :n_tokens], cache)
             cache.crop(-n_tokens)  # drop what the timed call appended (negative: works on old and new transformers)
 
         return run
@@ -57,7 +57,7 @@ def profile_cost(*, target, drafter, context_len: int, max_depth: int, warmup: i
     streams, _ = target_pass(target, ctx, drafter.cfg.capture_layers)
     g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
     d_cache, logits, chain = drafter.prefill(ctx[:, 1:], g0)  # cached positions 0..L-2
-    token = logits.argmax(-1)
+    token = drafter.full_logits(logits).argmax(-1)
     ms = _interleaved_medians(
         {
             "draft_ms": lambda: drafter.step(token, chain, d_cache, context_len - 1),

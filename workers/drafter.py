@@ -36,6 +36,8 @@ class DrafterConfig:
     capture_layers: tuple[int, ...]  # indices into the target's output_hidden_states
     norm: str = "pre"  # "pre" | "post"
     fc_norm: bool = False
+    attention: str = "standard"  # "standard" | "gated" (sigmoid gate on the attention output)
+    draft_vocab: int | None = None  # size of the reduced draft vocabulary; None = the target's
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6
 
@@ -105,8 +107,32 @@ class Eagle3Drafter(nn.Module):
         self.gate_proj = nn.Linear(d, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(d, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, d, bias=False)
+        self.attn_gate = nn.Linear(2 * d, d, bias=False) if cfg.attention == "gated" else None
         self.final_norm = RMSNorm(d, cfg.rms_eps)
-        self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False)
+        n_out = cfg.draft_vocab or cfg.vocab_size
+        self.lm_head = nn.Linear(d, n_out, bias=False)
+        # draft id i is target id i + d2t[i]; t2d marks the target ids the drafter can propose
+        self.register_buffer("d2t", torch.zeros(n_out, dtype=torch.long))
+        self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool) if cfg.draft_vocab is None
+                             else torch.zeros(cfg.vocab_size, dtype=torch.bool))
+
+    def set_draft_vocab(self, target_ids: torch.Tensor) -> None:
+        """target_ids: [draft_vocab] sorted target ids the drafter's head covers."""
+        n = target_ids.numel()
+        self.d2t.copy_(target_ids - torch.arange(n, device=target_ids.device))
+        self.t2d.zero_()
+        self.t2d[target_ids] = True
+
+    def draft_ids(self) -> torch.Tensor:
+        """The target id of every draft-vocabulary entry. -> [n_out]"""
+        return torch.arange(self.d2t.numel(), device=self.d2t.device) + self.d2t
+
+    def full_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits [..., n_out] -> target-vocabulary logits [..., V] (-inf elsewhere)."""
+        if self.cfg.draft_vocab is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.cfg.vocab_size), float("-inf"))
+        return full.index_copy(-1, self.draft_ids(), logits)
 
     # ---- pieces shared by both execution modes -------------------------------------------
     def fuse(self, streams: list[torch.Tensor]) -> torch.Tensor:
@@ -115,18 +141,25 @@ class Eagle3Drafter(nn.Module):
             streams = [norm(s) for norm, s in zip(self.stream_norms, streams)]
         return self.fc(torch.cat(streams, dim=-1))
 
-    def _qkv(self, tokens: torch.Tensor, g: torch.Tensor, pos: torch.Tensor):
-        """tokens: [B, T], g: [B, T, d], pos: [T] -> q, k, v: [B, H, T, dh] (rotary applied)."""
-        x = torch.cat([self.input_norm(self.embed(tokens)), self.hidden_norm(g)], dim=-1)  # [B, T, 2d]
+    def _qkv(self, tokens: torch.Tensor, g: torch.Tensor, pos: torch.Tensor, noise=None):
+        """tokens: [B, T], g: [B, T, d], pos: [T] -> q, k, v: [B, H, T, dh] (rotary applied), gate."""
+        emb = self.embed(tokens)
+        if noise is not None:
+            emb = noise.embedding(emb)
+        x = torch.cat([self.input_norm(emb), self.hidden_norm(g)], dim=-1)  # [B, T, 2d]
         B, T, _ = x.shape
         split = lambda t: t.view(B, T, self.cfg.heads, self.head_dim).transpose(1, 2)  # noqa: E731
         q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
-        return _rope(q, pos, self.cfg.rope_theta), _rope(k, pos, self.cfg.rope_theta), v
+        gate = torch.sigmoid(self.attn_gate(x)) if self.attn_gate is not None else None  # [B, T, d]
+        return _rope(q, pos, self.cfg.rope_theta), _rope(k, pos, self.cfg.rope_theta), v, gate
 
-    def _finish(self, g: torch.Tensor, attn_out: torch.Tensor):
-        """Residual sum and MLP. attn_out: [B, H, T, dh] -> (h raw [B, T, d], logits [B, T, V])."""
+    def _finish(self, g: torch.Tensor, attn_out: torch.Tensor, gate: torch.Tensor | None):
+        """Residual sum and MLP. attn_out: [B, H, T, dh] -> (h raw [B, T, d], logits [B, T, n_out], norm(h))."""
         B, H, T, dh = attn_out.shape
-        h = g + self.o_proj(attn_out.transpose(1, 2).reshape(B, T, H * dh))
+        attn_out = attn_out.transpose(1, 2).reshape(B, T, H * dh)
+        if gate is not None:
+            attn_out = attn_out * gate
+        h = g + self.o_proj(attn_out)
         m = self.post_attn_norm(h)
         h = h + self.down_proj(F.silu(self.gate_proj(m)) * self.up_proj(m))
         normed = self.final_norm(h)
@@ -137,13 +170,14 @@ class Eagle3Drafter(nn.Module):
         return normed if self.cfg.norm == "post" else h
 
     # ---- all chain steps over a whole sequence --------------------------------------------
-    def forward_steps(self, tokens: torch.Tensor, g0: torch.Tensor, num_steps: int, *, pick=None):
+    def forward_steps(self, tokens: torch.Tensor, g0: torch.Tensor, num_steps: int, *, pick=None, noise=None):
         """Unroll `num_steps` chain steps at every position.
 
         tokens: [B, T] token read at each position in step 0 (x_{i+1}); g0: [B, T, d] fused features.
         pick: None = teacher forcing (training): every step reads `tokens`;
-              a function logits [B, T, V] -> tokens [B, T] = drafting: step s at position i
-              reads the draft that step s-1 picked at position i-1.
+              a function logits [B, T, n_out] -> target ids [B, T] = drafting: step s at
+              position i reads the draft that step s-1 picked at position i-1.
+        noise: optional perturbation of the embedding path and of the hidden path between steps.
         Step s at position i continues the chain that started at c = i - s: it attends to step-0
         keys at positions <= c and to the chain's own keys (step s - (i - p) at position p > c).
         Returns one StepOut per step (logits [B, T, V], chain input [B, T, d] it hands on,
@@ -155,7 +189,7 @@ class Eagle3Drafter(nn.Module):
         ks, vs, outs = [], [], []
         g, tok = g0, tokens
         for s in range(num_steps):
-            q, k, v = self._qkv(tok, g, pos)
+            q, k, v, gate = self._qkv(tok, g, pos, noise)
             ks.append(k)
             vs.append(v)
             # step-0 keys at p <= i - s: [B, H, T, T]
@@ -175,31 +209,47 @@ class Eagle3Drafter(nn.Module):
             attn = probs[..., :T] @ vs[0]
             for j, v_sh in enumerate(diag_vals):
                 attn = attn + probs[..., T + j : T + j + 1] * v_sh
-            h, logits, normed = self._finish(g, attn)
+            h, logits, normed = self._finish(g, attn, gate)
             picked = pick(logits) if pick is not None else None
             outs.append(StepOut(logits, self.chain_input(h, normed), probs, picked))
             g = _shift_right(self.chain_input(h, normed), 1, dim=1)  # position i gets step s at i-1
+            if noise is not None:
+                g = noise.hidden(g)
             if picked is not None:
                 tok = _shift_right(picked, 1, dim=1)
         return outs
 
     # ---- one chain, incrementally, with a KV cache ----------------------------------------
-    def prefill(self, tokens: torch.Tensor, g0: torch.Tensor):
-        """Step 0 over positions 0..T-1. Returns (cache, logits at T-1 [B, V], chain input [B, d])."""
-        q, k, v = self._qkv(tokens, g0, torch.arange(tokens.shape[1], device=tokens.device))
-        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        h, logits, normed = self._finish(g0, attn)
+    def extend(self, cache, tokens: torch.Tensor, g0: torch.Tensor, start: int):
+        """Step 0 at positions start..start+T-1 on top of a cache of positions < start (None: empty).
+
+        tokens: [B, T] (x_{i+1}), g0: [B, T, d] fused target features. Returns (cache of
+        positions < start + T, logits at the last position [B, n_out], its chain input [B, d]).
+        """
+        T = tokens.shape[1]
+        pos = torch.arange(start, start + T, device=tokens.device)
+        q, k, v, gate = self._qkv(tokens, g0, pos)
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        # new query at position start+t sees every cached key and the new keys up to its own
+        mask = torch.arange(start + T, device=tokens.device)[None, :] <= pos[:, None]  # [T, start+T]
+        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        h, logits, normed = self._finish(g0, attn, gate)
         return (k, v), logits[:, -1], self.chain_input(h, normed)[:, -1]
+
+    def prefill(self, tokens: torch.Tensor, g0: torch.Tensor):
+        """Step 0 over positions 0..T-1. Returns (cache, logits at T-1 [B, n_out], chain input [B, d])."""
+        return self.extend(None, tokens, g0, 0)
 
     def step(self, token: torch.Tensor, g: torch.Tensor, cache, pos: int):
         """One chain step at absolute position `pos`. token: [B], g: [B, d].
 
-        Returns (new cache, logits [B, V], chain input for the next step [B, d]).
+        Returns (new cache, logits [B, n_out], chain input for the next step [B, d]).
         """
-        q, k, v = self._qkv(token[:, None], g[:, None, :], torch.tensor([pos], device=token.device))
+        q, k, v, gate = self._qkv(token[:, None], g[:, None, :], torch.tensor([pos], device=token.device))
         k_all, v_all = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
         attn = F.scaled_dot_product_attention(q, k_all, v_all)  # the new query sees every cached key
-        h, logits, normed = self._finish(g[:, None, :], attn)
+        h, logits, normed = self._finish(g[:, None, :], attn, gate)
         return (k_all, v_all), logits[:, 0], self.chain_input(h, normed)[:, 0]
 
 
@@ -211,10 +261,19 @@ def _shift_right(x: torch.Tensor, n: int, dim: int = 2) -> torch.Tensor:
     return torch.cat([pad, x.narrow(dim, 0, x.shape[dim] - n)], dim=dim)
 
 
-def drafter_from_target(target, cfg: DrafterConfig) -> Eagle3Drafter:
-    """A fresh drafter whose embedding (frozen) and LM head (trainable) start from the target's."""
+def drafter_from_target(target, cfg: DrafterConfig, draft_ids: torch.Tensor | None = None) -> Eagle3Drafter:
+    """A fresh drafter whose embedding (frozen) and LM head (trainable) start from the target's.
+
+    draft_ids: the target ids of the reduced draft vocabulary (required when cfg.draft_vocab is set).
+    """
+    if (cfg.draft_vocab is None) != (draft_ids is None):
+        raise ValueError("draft_ids must be given exactly when cfg.draft_vocab is set")
     drafter = Eagle3Drafter(cfg)
+    head = target.get_output_embeddings().weight.float()
     with torch.no_grad():
         drafter.embed.weight.copy_(target.get_input_embeddings().weight.float())
-        drafter.lm_head.weight.copy_(target.get_output_embeddings().weight.float())
+        if draft_ids is not None:
+            drafter.set_draft_vocab(draft_ids.to(drafter.d2t.device))
+            head = head[draft_ids]
+        drafter.lm_head.weight.copy_(head)
     return drafter

@@ -15,16 +15,17 @@ def target_pass(target, input_ids: torch.Tensor, capture: tuple[int, ...]):
 
 
 @torch.no_grad()
-def cached_forward(model, input_ids: torch.Tensor, cache=None):
-    """One forward with the KV cache; returns (logits [B, T, V], cache).
+def cached_forward_states(model, input_ids: torch.Tensor, cache=None, capture: tuple[int, ...] = ()):
+    """One forward with the KV cache. Returns (logits [B, T, V], cache, captured streams [B, T, d] each).
 
     transformers renamed `past_key_values` to `cache` (5.x); accept both spellings.
     """
     name = _cache_kwarg(type(model))
     kwargs = {name: cache} if cache is not None else {}
-    out = model(input_ids=input_ids, use_cache=True, **kwargs)
+    out = model(input_ids=input_ids, use_cache=True, output_hidden_states=bool(capture), **kwargs)
     new_cache = getattr(out, "cache", None) if name == "cache" else out.past_key_values
-    return out.logits, new_cache
+    streams = [out.hidden_states[i].float() for i in capture]
+    return out.logits, new_cache, streams
 
 
 _CACHE_KWARG: dict[type, str] = {}

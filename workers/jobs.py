@@ -41,10 +41,8 @@ def train_drafter(config: dict, inputs: dict, *, num_gpus: float, progress) -> d
     device = pick_device(num_gpus)
     target, tokenizer = _target(config, inputs, device)
     d = config["drafter"]
-    files, metrics = train(
-        target=target, tokenizer=tokenizer, norm=d["norm"], fc_norm=d["fc_norm"], fusion=d["fusion"],
-        train=d["train"], seed=config["seed"], device=device, progress=progress,
-    )
+    files, metrics = train(target=target, tokenizer=tokenizer, variant=d, train=d["train"], seed=config["seed"],
+                           device=device, progress=progress)
     return {"files": files, "metrics": metrics}
 
 

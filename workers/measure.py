@@ -11,30 +11,21 @@ import torch
 
 from pipeline.acceptance import curve_from_accepted, curve_from_sampled
 from pipeline.types import Curve
-from workers.features import cached_forward, target_pass
+from workers.features import cached_forward_states, target_pass
+from workers.sampling import sample
 from workers.tokenizer import token_stream
 
 
 @torch.no_grad()
 def continue_text(target, ids: torch.Tensor, n_new: int, temperature: float, gen: torch.Generator):
     """The target's own continuation, with its KV cache. ids: [B, P] -> [B, P + n_new]."""
-    logits, cache = cached_forward(target, ids)
+    logits, cache, _ = cached_forward_states(target, ids)
     seq = ids
     for _ in range(n_new):
         nxt = sample(logits[:, -1].float(), temperature, gen)  # [B]
         seq = torch.cat([seq, nxt[:, None]], dim=1)
-        logits, cache = cached_forward(target, nxt[:, None], cache)
+        logits, cache, _ = cached_forward_states(target, nxt[:, None], cache)
     return seq
-
-
-def sample(logits: torch.Tensor, temperature: float, gen: torch.Generator | None) -> torch.Tensor:
-    """Greedy at temperature 0, else one draw from softmax(logits / T). logits: [..., V] -> [...]"""
-    if temperature == 0:
-        return logits.argmax(-1)
-    probs = torch.softmax(logits / temperature, dim=-1)
-    flat = probs.reshape(-1, probs.shape[-1])
-    draws = torch.multinomial(flat.cpu(), 1, generator=gen).to(probs.device)
-    return draws.reshape(probs.shape[:-1])
 
 
 def heldout_prompts(tokenizer, corpus: str, num_prompts: int, prompt_len: int, seed: int) -> torch.Tensor:
@@ -59,10 +50,12 @@ def draft_all_chains(drafter, seqs: torch.Tensor, streams, depth: int, temperatu
     Entries of chains that would run past the end of seqs are meaningless; callers skip them.
     """
     g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
-    outs = drafter.forward_steps(seqs[:, 1:], g0, depth, pick=lambda lg: sample(lg.float(), temperature, gen))
+    outs = drafter.forward_steps(seqs[:, 1:], g0, depth,
+                                 pick=lambda lg: sample(drafter.full_logits(lg.float()), temperature, gen))
     # step s at position i belongs to the chain that started at c = i - s: align on c
     drafts = torch.stack([torch.roll(o.picked, -s, dims=1) for s, o in enumerate(outs)], dim=2)
-    logits = torch.stack([torch.roll(o.logits.float(), -s, dims=1) for s, o in enumerate(outs)], dim=2)
+    logits = torch.stack([torch.roll(drafter.full_logits(o.logits.float()), -s, dims=1)
+                          for s, o in enumerate(outs)], dim=2)
     return drafts, logits
 
 

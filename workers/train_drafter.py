@@ -22,16 +22,25 @@ from workers.tokenizer import sample_windows, token_stream
 TTT_DECAY = 0.8
 
 
-def drafter_config_for(target, *, norm: str, fc_norm: bool, fusion: str) -> DrafterConfig:
+def drafter_config_for(target, *, norm: str, fc_norm: bool, fusion: str, attention: str = "standard",
+                       draft_vocab: int | None = None, capture: list[int] | None = None) -> DrafterConfig:
     c = target.config
+    vocab = target.get_output_embeddings().weight.shape[0]
+    layers = tuple(capture) if capture else capture_layers(c.num_hidden_layers, fusion)
+    if max(layers) > c.num_hidden_layers:
+        raise ValueError(f"capture_layers {list(layers)}: the target has hidden states 0..{c.num_hidden_layers}")
+    if draft_vocab is not None and draft_vocab > vocab:
+        raise ValueError(f"draft_vocab {draft_vocab} is larger than the target's vocabulary ({vocab})")
     return DrafterConfig(
         hidden_size=c.hidden_size,
         heads=c.num_attention_heads,
         intermediate_size=c.intermediate_size,
-        vocab_size=target.get_output_embeddings().weight.shape[0],
-        capture_layers=capture_layers(c.num_hidden_layers, fusion),
+        vocab_size=vocab,
+        capture_layers=layers,
         norm=norm,
         fc_norm=fc_norm,
+        attention=attention,
+        draft_vocab=draft_vocab,
         rope_theta=_rope_theta(c),
         rms_eps=float(getattr(c, "rms_norm_eps", 1e-6)),
     )
@@ -53,6 +62,9 @@ def ttt_loss(drafter: Eagle3Drafter, streams, target_logits, input_ids, ttt_dept
     tokens = input_ids[:, 1:]  # [B, T-1]
     g0 = drafter.fuse([s[:, :-1] for s in streams])  # [B, T-1, d]
     p_target = torch.softmax(target_logits[:, 1:], dim=-1)  # [B, T-1, V]
+    if drafter.cfg.draft_vocab is not None:  # the target's distribution restricted to the draft vocabulary
+        p_target = p_target[..., drafter.draft_ids()]
+        p_target = p_target / p_target.sum(-1, keepdim=True).clamp(min=1e-12)
     want = p_target.argmax(-1)
     outs = drafter.forward_steps(tokens, g0, ttt_depth)
     total, agree = 0.0, []
@@ -65,13 +77,22 @@ def ttt_loss(drafter: Eagle3Drafter, streams, target_logits, input_ids, ttt_dept
     return total, agree
 
 
-def train_drafter(*, target, tokenizer, norm, fc_norm, fusion, train: dict, seed: int, device, progress=None):
-    """Returns (checkpoint files, metrics)."""
+def most_frequent(stream: torch.Tensor, vocab: int, n: int) -> torch.Tensor:
+    """The n most frequent token ids of a stream, sorted by id (the draft vocabulary)."""
+    counts = torch.bincount(stream, minlength=vocab)
+    return torch.sort(torch.topk(counts, n).indices).values
+
+
+def train_drafter(*, target, tokenizer, variant: dict, train: dict, seed: int, device, progress=None):
+    """variant: norm, fc_norm, fusion, attention, draft_vocab, capture_layers. Returns (files, metrics)."""
     torch.manual_seed(seed)
-    cfg = drafter_config_for(target, norm=norm, fc_norm=fc_norm, fusion=fusion)
-    drafter = drafter_from_target(target, cfg).to(device)
+    cfg = drafter_config_for(target, norm=variant["norm"], fc_norm=variant["fc_norm"], fusion=variant["fusion"],
+                             attention=variant.get("attention", "standard"), draft_vocab=variant.get("draft_vocab"),
+                             capture=variant.get("capture_layers"))
     chars = max(300_000, train["steps"] * train["batch_size"] * train["seq_len"] * 4)
     stream = token_stream(tokenizer, train["corpus"], "train", max_chars=chars)
+    draft_ids = most_frequent(stream, cfg.vocab_size, cfg.draft_vocab) if cfg.draft_vocab else None
+    drafter = drafter_from_target(target, cfg, draft_ids).to(device)
     val = token_stream(tokenizer, train["corpus"], "heldout", max_chars=200_000)
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=train["lr"], weight_decay=0.0)
