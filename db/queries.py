@@ -6,7 +6,15 @@ from datetime import datetime
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from db.tables import JOB_STATUSES, CurvePoint, Experiment, ExperimentJob, Job, TunedConfig
+from db.tables import (
+    JOB_STATUSES,
+    CurvePoint,
+    Diagnostic,
+    Experiment,
+    ExperimentJob,
+    Job,
+    TunedConfig,
+)
 
 # The columns of a tuned config the store is given, and those a `best` row shows.
 TUNED_KEYS = (
@@ -25,6 +33,8 @@ TUNED_KEYS = (
     "mlflow_run_id",
 )
 BEST_KEYS = (*TUNED_KEYS[1:], "created_at")
+# The keys of each diagnostic the store is given; a diagnostic row adds "job_hash".
+DIAGNOSTIC_KEYS = ("target", "drafter", "condition", "temperature", "depth", "name", "value")
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -32,12 +42,18 @@ def iso(moment: datetime | None) -> str | None:
 
 
 def _pairing_filter(
-    statement: Select, model: type, target: str | None, drafter: str | None
+    statement: Select,
+    model: type,
+    target: str | None,
+    drafter: str | None,
+    condition: str | None = None,
 ) -> Select:
     if target is not None:
         statement = statement.where(model.target == target)
     if drafter is not None:
         statement = statement.where(model.drafter == drafter)
+    if condition is not None:
+        statement = statement.where(model.condition == condition)
     return statement
 
 
@@ -65,12 +81,15 @@ def _best_dict(row: TunedConfig) -> dict:
     return out
 
 
-def curve_points(session: Session, *, target: str | None, drafter: str | None) -> list[dict]:
+def curve_points(
+    session: Session, *, target: str | None, drafter: str | None, condition: str | None
+) -> list[dict]:
     statement = _pairing_filter(
         select(CurvePoint, Job.job_hash).join(Job, Job.id == CurvePoint.job_id),
         CurvePoint,
         target,
         drafter,
+        condition,
     ).order_by(
         CurvePoint.target,
         CurvePoint.drafter,
@@ -92,6 +111,31 @@ def curve_points(session: Session, *, target: str | None, drafter: str | None) -
             "job_hash": job_hash,
         }
         for point, job_hash in session.execute(statement)
+    ]
+
+
+def diagnostic_values(
+    session: Session, *, target: str | None, drafter: str | None, condition: str | None
+) -> list[dict]:
+    """Sorted by target, drafter, condition, name, depth; then temperature and job for ties."""
+    statement = _pairing_filter(
+        select(Diagnostic, Job.job_hash).join(Job, Job.id == Diagnostic.job_id),
+        Diagnostic,
+        target,
+        drafter,
+        condition,
+    ).order_by(
+        Diagnostic.target,
+        Diagnostic.drafter,
+        Diagnostic.condition,
+        Diagnostic.name,
+        Diagnostic.depth,
+        Diagnostic.temperature,
+        Diagnostic.job_id,
+    )
+    return [
+        {**{key: getattr(row, key) for key in DIAGNOSTIC_KEYS}, "job_hash": job_hash}
+        for row, job_hash in session.execute(statement)
     ]
 
 

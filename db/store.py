@@ -7,26 +7,26 @@ ORM rows stay inside this package.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db import queries
+from db import queries, writes
 from db.engine import mask_url, open_database
-from db.queries import TUNED_KEYS
 from db.errors import StoreError, one_line
-from db.tables import Base, CurvePoint, Experiment, ExperimentJob, Job, TunedConfig, utc_now
+from db.queries import DIAGNOSTIC_KEYS, TUNED_KEYS
+from db.tables import Base, Experiment, ExperimentJob, Job, utc_now
 
 if TYPE_CHECKING:  # only read through attributes, so db does not import pipeline at runtime
     from pipeline.types import Curve
 
-__all__ = ["Store", "StoreError", "TUNED_KEYS"]
+__all__ = ["DIAGNOSTIC_KEYS", "Store", "StoreError", "TUNED_KEYS"]
 
 
 # INSERT ... ON CONFLICT DO NOTHING, so concurrent or replayed inserts of the same key are safe.
@@ -34,7 +34,7 @@ _INSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 
 
 class Store:
-    """Experiments, jobs, measured curves and tuned configs in SQLite or PostgreSQL."""
+    """Experiments, jobs, measured curves, diagnostics and tuned configs in SQLite or PostgreSQL."""
 
     def __init__(self, url: str) -> None:
         """Open ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``), upgrade its schema.
@@ -130,23 +130,30 @@ class Store:
         job_hash: str,
         *,
         result: dict,
-        curve: tuple[str, str, Curve] | None = None,
+        curves: Sequence[tuple[str, str, Curve]] | None = None,
+        diagnostics: Sequence[dict] | None = None,
         tuned: dict | None = None,
     ) -> None:
-        """Store a job's result, its curve (target, drafter, Curve) and tuned config at once.
+        """Store a job's result, curves, diagnostics and tuned config in one transaction.
 
-        A curve replaces any rows the job stored before; a tuned config updates the job's one
-        row in place (keeping its id and created_at). ``tuned`` needs exactly TUNED_KEYS.
+        ``curves`` holds one (target, drafter, Curve) per evaluation condition, each Curve
+        naming its own condition and temperature. ``diagnostics`` holds dicts with exactly
+        DIAGNOSTIC_KEYS (depth 0 for a value of the whole curve). Either one, when given (even
+        empty), replaces all the rows of that kind the job stored before; None leaves them.
+        A tuned config updates the job's one row in place (keeping its id and created_at) and
+        needs exactly TUNED_KEYS. Any bad entry raises StoreError and writes nothing.
         """
         with self._write("mark_done") as session:
             job = _job(session, job_hash)
             _finish(job, status="done")
             job.result_json = _to_json(result, what=f"result of job {job_hash}")
             job.error = None
-            if curve is not None:
-                _replace_curve(session, job.id, *curve)
+            if curves is not None:
+                writes.replace_curves(session, job, curves)
+            if diagnostics is not None:
+                writes.replace_diagnostics(session, job, diagnostics)
             if tuned is not None:
-                _upsert_tuned(session, job, tuned)
+                writes.upsert_tuned(session, job, tuned)
 
     # -- reports ----------------------------------------------------------------------------
 
@@ -155,9 +162,31 @@ class Store:
         with self._sessions() as session:
             return queries.best_configs(session, target=target, drafter=drafter)
 
-    def curve_rows(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
+    def curve_rows(
+        self,
+        *,
+        target: str | None = None,
+        drafter: str | None = None,
+        condition: str | None = None,
+    ) -> list[dict]:
+        """One dict per stored depth, sorted by target, drafter, condition, temperature, depth."""
         with self._sessions() as session:
-            return queries.curve_points(session, target=target, drafter=drafter)
+            return queries.curve_points(
+                session, target=target, drafter=drafter, condition=condition
+            )
+
+    def diagnostic_rows(
+        self,
+        *,
+        target: str | None = None,
+        drafter: str | None = None,
+        condition: str | None = None,
+    ) -> list[dict]:
+        """DIAGNOSTIC_KEYS plus job_hash, sorted by target, drafter, condition, name, depth."""
+        with self._sessions() as session:
+            return queries.diagnostic_values(
+                session, target=target, drafter=drafter, condition=condition
+            )
 
     def experiments(self) -> list[dict]:
         with self._sessions() as session:
@@ -210,47 +239,3 @@ def _to_json(value: dict, *, what: str) -> str:
     except (TypeError, ValueError) as error:
         raise StoreError(f"{what} is not plain JSON: {error}") from error
 
-
-def _replace_curve(
-    session: Session, job_id: int, target: str, drafter: str, curve: Curve
-) -> None:
-    """One row per depth 1..max_depth; depth 0 (accept_len 1, no drafting) is implied."""
-    depths = curve.max_depth
-    if len(curve.cond_accept) != depths or len(curve.accept_len) != depths + 1:
-        raise StoreError(
-            f"curve {target}/{drafter}: need max_depth={depths} cond_accept and survival values "
-            f"and {depths + 1} accept_len values, got {len(curve.cond_accept)}, {depths}, "
-            f"{len(curve.accept_len)}"
-        )
-    session.execute(delete(CurvePoint).where(CurvePoint.job_id == job_id))
-    session.add_all(
-        CurvePoint(
-            job_id=job_id,
-            target=target,
-            drafter=drafter,
-            condition=curve.condition,
-            temperature=curve.temperature,
-            depth=depth,
-            cond_accept=curve.cond_accept[depth - 1],
-            survival=curve.survival[depth - 1],
-            accept_len=curve.accept_len[depth],
-        )
-        for depth in range(1, depths + 1)
-    )
-    session.flush()  # so a duplicate depth fails here, inside this transaction
-
-
-def _upsert_tuned(session: Session, job: Job, tuned: dict) -> None:
-    missing = [key for key in TUNED_KEYS if key not in tuned]
-    unknown = sorted(set(tuned) - set(TUNED_KEYS))
-    if missing or unknown:
-        raise StoreError(
-            f"tuned config of job {job.job_hash}: missing keys {missing}, unknown keys {unknown}"
-        )
-    row = session.scalars(select(TunedConfig).where(TunedConfig.job_id == job.id)).one_or_none()
-    if row is None:
-        row = TunedConfig(job_id=job.id)
-        session.add(row)
-    for key in TUNED_KEYS:
-        setattr(row, key, tuned[key])
-    session.flush()  # so a bad experiment_id fails here, inside this transaction

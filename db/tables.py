@@ -29,7 +29,7 @@ JOB_STATUSES = ("pending", "running", "done", "failed")
 
 NAME_LEN = 255  # model ids and local paths, experiment and job names, hardware descriptions
 HASH_LEN = 64  # sha256 hex digests
-TAG_LEN = 64  # job kinds, statuses, conditions, MLflow run ids, code versions
+TAG_LEN = 64  # job kinds, statuses, conditions, diagnostic names, MLflow run ids, code versions
 
 # Named constraints, so the migration can name them identically and later migrations can
 # drop or alter them by name on both backends.
@@ -150,6 +150,31 @@ class CurvePoint(Base):
     cond_accept: Mapped[float] = mapped_column(Float)
     survival: Mapped[float] = mapped_column(Float)
     accept_len: Mapped[float] = mapped_column(Float)
+
+
+class Diagnostic(Base):
+    """One named scalar measured beside a curve, long format: one row per (depth, name).
+
+    Per-depth values (``rms``, ``sink_attn``, ``recent_attn``, ``attn_entropy``) use depth
+    1..max_depth; values that belong to the whole curve and have no depth use depth 0.
+    """
+
+    __tablename__ = "diagnostics"
+    __table_args__ = (
+        UniqueConstraint("job_id", "condition", "temperature", "depth", "name"),
+        CheckConstraint("depth >= 0", name="depth"),
+        Index(None, "target", "drafter"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    target: Mapped[str] = mapped_column(String(NAME_LEN))
+    drafter: Mapped[str] = mapped_column(String(NAME_LEN))
+    condition: Mapped[str] = mapped_column(String(TAG_LEN))
+    temperature: Mapped[float] = mapped_column(Float)
+    depth: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(TAG_LEN))
+    value: Mapped[float] = mapped_column(Float)
 
 
 class TunedConfig(Base):

@@ -89,7 +89,7 @@ def _report(ctx: Context, path: Path, name: str) -> Path | None:
     for job in ctx.plan.jobs:
         stored = ctx.store.finished_result(job.hash) if job.kind == "measure_curve" else None
         if stored is not None:
-            curves[f"{job.target} / {job.drafter}"] = Curve.from_dict(stored["curve"])
+            curves[f"{job.target} / {job.drafter}"] = Curve.from_dict(stored["curves"][0])
     if not curves:
         return None
     plot_comparison(curves, path, f"{name}: acceptance vs depth")
@@ -185,9 +185,10 @@ def _finish(ctx: Context, cl, job: Job, ref, runs: dict, summary: RunSummary) ->
     stored = stored_result(job, result, ctx.checkpoints)
     log_job(ctx.tracker, run_id, job, stored)
     ctx.tracker.end(run_id, ok=True)
-    curve, tuned = db_extras(job, stored, experiment_id=ctx.experiment_id, spec_hash=ctx.plan.spec_hash,
-                             code_version=ctx.plan.code_version, run_id=run_id)
-    ctx.store.mark_done(job.hash, result=stored, curve=curve, tuned=tuned)
+    curves, diagnostics, tuned = db_extras(job, stored, experiment_id=ctx.experiment_id,
+                                           spec_hash=ctx.plan.spec_hash, code_version=ctx.plan.code_version,
+                                           run_id=run_id)
+    ctx.store.mark_done(job.hash, result=stored, curves=curves, diagnostics=diagnostics, tuned=tuned)
     summary.done.append(job.hash)
 
 

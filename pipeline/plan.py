@@ -70,9 +70,13 @@ def build_plan(spec: ExperimentSpec, code_version: str) -> Plan:
             deps["target"] = target_jobs[target.name]
         pair = f"{target.name}/{drafter.name}"
         d_cfg = drafter.model_dump(mode="json", exclude={"name"})
-        trained = add("train_drafter", f"train_drafter {pair}", {**source, "drafter": d_cfg, "seed": spec.seed},
-                      deps, target.name, drafter.name)
-        inputs = {**deps, "drafter": trained}
+        inputs = dict(deps)
+        if getattr(drafter, "hf", None) is None:  # an hf standalone drafter is used as it is
+            inputs["drafter"] = add("train_drafter", f"train_drafter {pair}",
+                                    {**source, "drafter": d_cfg, "seed": spec.seed}, deps, target.name, drafter.name)
+        else:
+            source = {**source, "drafter_hf": drafter.hf}
+        source = {**source, "drafter_kind": drafter.kind}
         names = {"target": target.name, "drafter": drafter.name}
         curve = add("measure_curve", f"measure_curve {pair}",
                     {**source, **names, "evaluation": spec.evaluation.model_dump(mode="json"), "seed": spec.seed},

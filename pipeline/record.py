@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from pipeline.plan import Job
-from pipeline.report import plot_curve, plot_speedup
+from pipeline.report import plot_comparison, plot_curve, plot_drift, plot_speedup
 from pipeline.tracking import Tracker
 from pipeline.types import CostProfile, Curve, DepthChoice
 
@@ -48,10 +48,18 @@ def log_job(tracker: Tracker, run_id: str, job: Job, stored: dict) -> None:
     if "checkpoint_dir" in stored:
         tracker.log_artifacts(run_id, stored["checkpoint_dir"], "checkpoint")
     with tempfile.TemporaryDirectory() as tmp:
-        if "curve" in stored:
-            curve = Curve.from_dict(stored["curve"])
-            log_curve(tracker, run_id, curve)
-            tracker.log_artifact(run_id, plot_curve(curve, Path(tmp) / "curve.png", _pair(job)))
+        if "curves" in stored:
+            curves = [Curve.from_dict(c) for c in stored["curves"]]
+            log_curve(tracker, run_id, curves[0], "")  # the primary curve under the plain names
+            for curve in curves:
+                log_curve(tracker, run_id, curve, curve_suffix(curve))
+            tracker.log_artifact(run_id, plot_curve(curves[0], Path(tmp) / "curve.png", _pair(job)))
+            if len(curves) > 1:
+                labelled = {curve_suffix(c).strip("/"): c for c in curves}
+                tracker.log_artifact(run_id, plot_comparison(labelled, Path(tmp) / "conditions.png", _pair(job)))
+        if stored.get("diagnostics"):
+            log_diagnostics(tracker, run_id, stored["diagnostics"])
+            tracker.log_artifact(run_id, plot_drift(stored["diagnostics"], Path(tmp) / "drift.png", _pair(job)))
         if "cost" in stored:
             cost = CostProfile.from_dict(stored["cost"])
             tracker.log_metrics(run_id, {"draft_ms": cost.draft_ms, "decode_ms": cost.decode_ms,
@@ -64,18 +72,34 @@ def log_job(tracker: Tracker, run_id: str, job: Job, stored: dict) -> None:
             tracker.log_artifact(run_id, plot_speedup(choice, Path(tmp) / "speedup.png", _pair(job)))
 
 
-def log_curve(tracker: Tracker, run_id: str, curve: Curve) -> None:
+def curve_suffix(curve: Curve) -> str:
+    """'/template_no_bos/T0': tells a curve's metrics apart from other conditions' in MLflow."""
+    return f"/{curve.condition}/T{curve.temperature:g}"
+
+
+def log_curve(tracker: Tracker, run_id: str, curve: Curve, suffix: str) -> None:
     depths = range(1, curve.max_depth + 1)
-    tracker.log_series(run_id, "cond_accept", list(zip(depths, curve.cond_accept)))
-    tracker.log_series(run_id, "survival", list(zip(depths, curve.survival)))
-    tracker.log_series(run_id, "accept_len", list(enumerate(curve.accept_len)))
+    tracker.log_series(run_id, f"cond_accept{suffix}", list(zip(depths, curve.cond_accept)))
+    tracker.log_series(run_id, f"survival{suffix}", list(zip(depths, curve.survival)))
+    tracker.log_series(run_id, f"accept_len{suffix}", list(enumerate(curve.accept_len)))
+
+
+def log_diagnostics(tracker: Tracker, run_id: str, rows: list[dict]) -> None:
+    """Per-depth drift diagnostics with step = depth; per-curve stream RMS at step 0."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        key = f"{r['name']}/{r['condition']}/T{r['temperature']:g}"
+        series.setdefault(key, []).append((r["depth"], r["value"]))
+    for key, points in series.items():
+        tracker.log_series(run_id, key, points)
 
 
 def db_extras(job: Job, stored: dict, *, experiment_id: int, spec_hash: str, code_version: str, run_id: str):
-    """The curve rows and tuned-config row that go with a job's result, if any."""
-    curve = tuned = None
-    if "curve" in stored:
-        curve = (job.target, job.drafter, Curve.from_dict(stored["curve"]))
+    """The curve rows, diagnostics rows and tuned-config row that go with a job's result, if any."""
+    curves = diagnostics = tuned = None
+    if "curves" in stored:
+        curves = [(job.target, job.drafter, Curve.from_dict(c)) for c in stored["curves"]]
+        diagnostics = [{"target": job.target, "drafter": job.drafter, **row} for row in stored.get("diagnostics", [])]
     if "choice" in stored:
         choice = DepthChoice.from_dict(stored["choice"])
         tuned = {
@@ -85,7 +109,7 @@ def db_extras(job: Job, stored: dict, *, experiment_id: int, spec_hash: str, cod
             "speedup": choice.speedup, "cost_ratio": choice.cost_ratio, "spec_hash": spec_hash,
             "code_version": code_version, "mlflow_run_id": run_id,
         }
-    return curve, tuned
+    return curves, diagnostics, tuned
 
 
 def _pair(job: Job) -> str:

@@ -46,6 +46,32 @@ def plot_speedup(choice: DepthChoice, path: str | Path, title: str) -> Path:
     return Path(path)
 
 
+def plot_drift(rows: list[dict], path: str | Path, title: str) -> Path:
+    """The drift diagnostics against depth, one line per (condition, temperature)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ("rms", "sink_attn", "recent_attn", "attn_entropy")
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.4))
+    for ax, name in zip(axes, names):
+        lines: dict[str, list[tuple[int, float]]] = {}
+        for r in rows:
+            if r["name"] == name:
+                lines.setdefault(f"{r['condition']} T={r['temperature']:g}", []).append((r["depth"], r["value"]))
+        for label, points in sorted(lines.items()):
+            points.sort()
+            ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=label, ms=3)
+        ax.set(xlabel="depth k", title=name)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
 def best_table(rows: list[dict]) -> Table:
     table = Table(title="best depth per pairing")
     for col in ("target", "drafter", "hardware", "depth", "accept_len", "speedup", "cost_ratio"):

@@ -12,14 +12,19 @@ from typing import Annotated, Literal
 
 import yaml
 from pydantic import (
-    BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator,
+    AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
+    model_validator,
 )
 
 from pipeline.errors import SpecError
 from pipeline.yaml_lines import line_of
 
 JOB_KINDS = ("train_target", "train_drafter", "measure_curve", "profile_cost", "select_depth")
-DRAFTER_KINDS = ("eagle3",)
+DRAFTER_KINDS = ("eagle3", "standalone")
+Corpus = Literal["stdlib", "pydoc", "chat"]
+PROMPT_CONDITIONS = ("default", "template+bos", "template_no_bos", "no_template", "no_template_no_bos",
+                     "long_context")
+CHAT_ONLY = ("template+bos", "template_no_bos", "no_template", "no_template_no_bos")
 
 
 class Strict(BaseModel):
@@ -41,7 +46,7 @@ class BuiltinTarget(Strict):
     heads: int = Field(4, ge=1)
     intermediate_size: int = Field(384, ge=16)
     vocab_size: int = Field(1024, ge=300, le=65536)
-    corpus: Literal["stdlib", "pydoc"] = "stdlib"
+    corpus: Corpus = "stdlib"
     train: TrainTarget = TrainTarget()
 
     @model_validator(mode="after")
@@ -76,7 +81,7 @@ class TrainDrafter(Strict):
     lr: float = Field(3e-3, gt=0)
     batch_size: int = Field(16, ge=1)
     seq_len: int = Field(128, ge=8)
-    corpus: Literal["stdlib", "pydoc"] = "stdlib"
+    corpus: Corpus = "stdlib"
 
     @model_validator(mode="after")
     def _chains_fit(self):
@@ -91,7 +96,51 @@ class Eagle3Drafter(Strict):
     norm: Literal["pre", "post"] = "pre"
     fc_norm: bool = False
     fusion: Literal["tri", "last"] = "tri"
+    attention: Literal["standard", "gated"] = "standard"
+    draft_vocab: int | None = Field(None, ge=16, description="most frequent target tokens the head covers")
+    capture_layers: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, description="indices into the target's hidden_states; default: EAGLE-3's low/mid/high")
     train: TrainDrafter = TrainDrafter()
+
+    @model_validator(mode="after")
+    def _capture_count(self):
+        want = 3 if self.fusion == "tri" else 1
+        if self.capture_layers is not None and len(self.capture_layers) != want:
+            raise ValueError(f"capture_layers: fusion '{self.fusion}' takes {want} layer(s), "
+                             f"got {len(self.capture_layers)}")
+        return self
+
+
+class TrainStandalone(TrainTarget):
+    corpus: Corpus = "stdlib"
+
+
+class BuiltinStandalone(Strict):
+    """A small causal LM trained in-process with the target's tokenizer."""
+
+    layers: int = Field(2, ge=1)
+    hidden_size: int = Field(64, ge=16)
+    heads: int = Field(4, ge=1)
+    intermediate_size: int = Field(192, ge=16)
+    train: TrainStandalone = TrainStandalone()
+
+
+class StandaloneDrafter(Strict):
+    """The classic draft/target pairing: an independent causal LM sharing the target's tokenizer."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    kind: Literal["standalone"]
+    builtin: BuiltinStandalone | None = None
+    hf: str | None = Field(None, description="Hugging Face id or local path of a causal LM")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.builtin is None) == (self.hf is None):
+            raise ValueError("give exactly one of 'builtin' or 'hf'")
+        if self.hf is not None and _looks_like_path(self.hf):
+            if not (Path(self.hf).expanduser() / "config.json").is_file():
+                raise ValueError(f"hf: no model at local path {self.hf} (config.json not found)")
+        return self
 
 
 def _drafter_kind(value) -> str:
@@ -99,8 +148,11 @@ def _drafter_kind(value) -> str:
     return kind if kind in DRAFTER_KINDS else "eagle3"
 
 
-# A registry of drafter kinds: each kind is one model class, selected by the `kind` field.
-Drafter = Annotated[Annotated[Eagle3Drafter, Tag("eagle3")], Discriminator(_drafter_kind)]
+# A registry of drafter kinds: each kind is one spec class, selected by the `kind` field.
+Drafter = Annotated[
+    Annotated[Eagle3Drafter, Tag("eagle3")] | Annotated[StandaloneDrafter, Tag("standalone")],
+    Discriminator(_drafter_kind),
+]
 
 
 class Pairing(Strict):
@@ -108,13 +160,43 @@ class Pairing(Strict):
     drafter: str
 
 
+def _condition_name(value):
+    """'long_context' stays; {noise: hidden, a: 0.5} becomes 'hidden_noise@0.5'."""
+    if isinstance(value, dict):
+        extra = set(value) - {"noise", "a"}
+        if extra or value.get("noise") not in ("hidden", "embedding"):
+            raise ValueError("a noise condition is {noise: hidden|embedding, a: <level>}")
+        level = float(value.get("a", 0.0))
+        if not 0 <= level <= 10:
+            raise ValueError(f"noise level a must lie in 0..10, got {level}")
+        return f"{value['noise']}_noise@{level:g}"
+    if value not in PROMPT_CONDITIONS:
+        raise ValueError(f"unknown condition {value!r}; use one of {', '.join(PROMPT_CONDITIONS)} "
+                         "or {noise: hidden|embedding, a: <level>}")
+    return value
+
+
+Condition = Annotated[str | dict, AfterValidator(_condition_name)]
+
+
 class Evaluation(Strict):
     max_depth: int = Field(6, ge=1, le=32)
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    temperatures: list[Annotated[float, Field(ge=0.0, le=2.0)]] = Field([0.0], min_length=1)
     num_prompts: int = Field(32, ge=1)
-    prompt_len: int = Field(48, ge=4, description="tokens of held-out text before the chains")
+    prompt_len: int = Field(48, ge=4, description="prompt tokens (held-out text, or a chat turn up to the answer)")
     continuation_len: int = Field(32, ge=1, description="target-generated tokens; one chain starts at each")
-    corpus: Literal["stdlib", "pydoc"] = "stdlib"
+    corpus: Corpus = "stdlib"
+    conditions: list[Condition] = Field(["default"], min_length=1)
+    long_context_len: int = Field(512, ge=16, description="prompt tokens under the long_context condition")
+
+    @model_validator(mode="after")
+    def _chat_conditions(self):
+        for c in self.conditions:
+            if c in CHAT_ONLY and self.corpus != "chat":
+                raise ValueError(f"condition '{c}' changes a chat template: it needs corpus: chat")
+        if len(set(self.conditions)) != len(self.conditions):
+            raise ValueError("conditions: each condition once")
+        return self
 
 
 class Cost(Strict):
@@ -153,7 +235,7 @@ class ExperimentSpec(Strict):
     def resources_for(self, kind: str) -> Resources:
         return self.resources.get(kind, Resources())
 
-    def pairing_list(self) -> list[tuple[Target, Eagle3Drafter]]:
+    def pairing_list(self) -> list[tuple[Target, Eagle3Drafter | StandaloneDrafter]]:
         """The (target, drafter) pairs to run, in spec order."""
         if self.pairings == "all":
             return [(t, d) for t in self.targets for d in self.drafters]

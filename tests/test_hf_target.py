@@ -25,11 +25,14 @@ def test_drafter_trains_measures_and_profiles_on_a_local_hf_model(hf_folder):
     trained = run_job("train_drafter", {**source, "drafter": DRAFTER, "seed": 0}, {}, num_cpus=1, num_gpus=0)
     assert set(trained["files"]) == {"config.json", "model.safetensors"}
     assert [s for s, _ in trained["history"]["train_loss"]] == [1, 2, 3]
-    evaluation = {"max_depth": 3, "temperature": 0.0, "num_prompts": 3, "prompt_len": 12,
-                  "continuation_len": 4, "corpus": "pydoc"}
-    curve = run_job("measure_curve", {**source, "evaluation": evaluation, "seed": 0, "target": "t", "drafter": "d"},
-                    {"drafter": trained}, num_cpus=1, num_gpus=0)["curve"]
+    evaluation = {"max_depth": 3, "temperatures": [0.0], "num_prompts": 3, "prompt_len": 12,
+                  "continuation_len": 4, "corpus": "pydoc", "conditions": ["default"], "long_context_len": 64}
+    measured = run_job("measure_curve", {**source, "evaluation": evaluation, "seed": 0, "target": "t",
+                                         "drafter": "d", "drafter_kind": "eagle3"},
+                       {"drafter": trained}, num_cpus=1, num_gpus=0)
+    curve = measured["curves"][0]
     assert curve["num_chains"] == 12 and len(curve["accept_len"]) == 4
+    assert {r["name"] for r in measured["diagnostics"]} >= {"rms", "sink_attn", "recent_attn", "attn_entropy"}
     cost = run_job("profile_cost", {**source, "cost": {"context_len": 8, "warmup": 0, "repeats": 2},
                                     "max_depth": 3, "seed": 0}, {"drafter": trained}, num_cpus=1, num_gpus=0)
     assert cost["cost"]["draft_ms"] > 0

@@ -12,21 +12,22 @@ from collections.abc import Iterator
 from itertools import accumulate
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect, make_url, text
+from sqlalchemy import create_engine, insert, inspect, make_url, text
 from sqlalchemy.exc import OperationalError
 
 from db.engine import normalize_url
-from db.migrate import current_revision, head_revision
-from db.store import TUNED_KEYS, Store, StoreError
-from db.tables import Base
+from db.migrate import alembic_config, current_revision, head_revision
+from db.store import DIAGNOSTIC_KEYS, TUNED_KEYS, Store, StoreError
+from db.tables import Base, Job, utc_now
 from pipeline.types import Curve
 
 PG_BASE_URL = normalize_url(
     os.environ.get("SPECFLEET_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 )
-TABLES = {"experiments", "jobs", "experiment_jobs", "curves", "tuned_configs"}
+TABLES = {"experiments", "jobs", "experiment_jobs", "curves", "diagnostics", "tuned_configs"}
 BEST_KEYS = set(TUNED_KEYS) - {"experiment_id"} | {"created_at"}
 
 
@@ -80,17 +81,24 @@ def _link(store: Store, experiment_id: int, job_hash: str, kind: str = "select")
     )
 
 
-def _curve(cond_accept: tuple[float, ...], *, temperature: float = 0.0) -> Curve:
+def _curve(
+    cond_accept: tuple[float, ...], *, condition: str = "greedy", temperature: float = 0.0
+) -> Curve:
     survival = tuple(accumulate(cond_accept, lambda a, b: a * b))
     accept_len = (1.0, *(1.0 + s for s in accumulate(survival)))
     return Curve(
-        condition="greedy",
+        condition=condition,
         temperature=temperature,
         num_chains=8,
         cond_accept=cond_accept,
         survival=survival,
         accept_len=accept_len,
     )
+
+
+def _diag(name: str, depth: int, value: float, condition: str = "greedy", **more) -> dict:
+    return {"target": "tiny-llama", "drafter": "eagle", "condition": condition,
+            "temperature": 0.0, "depth": depth, "name": name, "value": value, **more}
 
 
 def _tuned(experiment_id: int, **overrides: object) -> dict:
@@ -221,15 +229,25 @@ def test_unknown_job_hash_is_refused(store: Store) -> None:
         store.mark_running("nope", mlflow_run_id=None)
 
 
-def test_mark_done_stores_one_row_per_depth(store: Store) -> None:
+def _measure_job(store: Store, job_hash: str = "curve-a") -> None:
+    _link(store, _experiment(store), job_hash, kind="measure_curve")
+    store.mark_running(job_hash, mlflow_run_id=f"run-{job_hash}")
+
+
+def test_mark_done_stores_one_row_per_depth_and_condition(store: Store) -> None:
     cond_accept = (0.9, 0.8, 0.7, 0.6)
-    _link(store, _experiment(store), "curve-a", kind="measure_curve")
-    store.mark_running("curve-a", mlflow_run_id="run-c")
+    _measure_job(store)
     store.mark_done(
-        "curve-a", result={"max_depth": 4}, curve=("tiny-llama", "eagle", _curve(cond_accept))
+        "curve-a",
+        result={"max_depth": 4},
+        curves=[
+            ("tiny-llama", "eagle", _curve(cond_accept)),
+            ("tiny-llama", "eagle", _curve((0.5, 0.4), condition="sampled", temperature=1.0)),
+            ("tiny-llama", "eagle", _curve((0.6,), condition="sampled", temperature=0.7)),
+        ],
     )
 
-    rows = store.curve_rows()
+    rows = store.curve_rows(condition="greedy")
     assert [r["depth"] for r in rows] == [1, 2, 3, 4]
     for row in rows:
         depth = row["depth"]
@@ -243,11 +261,60 @@ def test_mark_done_stores_one_row_per_depth(store: Store) -> None:
         assert (row["condition"], row["temperature"]) == ("greedy", 0.0)
     assert rows[-1]["accept_len"] == pytest.approx(1 + 0.9 + 0.72 + 0.504 + 0.3024)
 
-    # A retried job replaces its rows instead of adding to them.
-    store.mark_done("curve-a", result={}, curve=("tiny-llama", "eagle", _curve((0.5, 0.5))))
+    keys = [(r["condition"], r["temperature"], r["depth"]) for r in store.curve_rows()]
+    assert keys == [("greedy", 0.0, d) for d in (1, 2, 3, 4)] + [
+        ("sampled", 0.7, 1), ("sampled", 1.0, 1), ("sampled", 1.0, 2)
+    ]
+    sampled = store.curve_rows(target="tiny-llama", drafter="eagle", condition="sampled")
+    assert [r["survival"] for r in sampled] == pytest.approx([0.6, 0.5, 0.2])
+    assert set(sampled[0]) == set(rows[0])  # the output keys do not depend on the filter
+
+    # A retried job replaces all its rows instead of adding to them.
+    store.mark_done("curve-a", result={}, curves=[("tiny-llama", "eagle", _curve((0.5, 0.5)))])
     assert [(r["depth"], r["survival"]) for r in store.curve_rows()] == [(1, 0.5), (2, 0.25)]
+    assert store.curve_rows(condition="sampled") == []
     assert store.curve_rows(target="other") == []
-    assert len(store.curve_rows(target="tiny-llama", drafter="eagle")) == 2
+
+
+def test_diagnostics_round_trip_sorted_filtered_and_replaced(store: Store) -> None:
+    _measure_job(store)
+    _measure_job(store, "curve-b")
+    given = [
+        _diag("sink_attn", 2, 0.25),
+        _diag("rms", 2, 1.5),
+        _diag("rms", 1, 1.25),
+        _diag("attn_entropy", 0, 3.0),  # a whole-curve value has depth 0
+        _diag("rms", 1, 2.0, condition="sampled", temperature=1.0),
+        _diag("rms_low", 1, 0.5, drafter="medusa"),
+    ]
+    store.mark_done("curve-a", result={}, curves=[], diagnostics=given)
+    store.mark_done("curve-b", result={}, diagnostics=[_diag("rms", 1, 9.0, target="a-target")])
+
+    rows = store.diagnostic_rows()
+    assert all(set(r) == {*DIAGNOSTIC_KEYS, "job_hash"} for r in rows)
+    assert [(r["target"], r["drafter"], r["condition"], r["name"], r["depth"]) for r in rows] == [
+        ("a-target", "eagle", "greedy", "rms", 1),
+        ("tiny-llama", "eagle", "greedy", "attn_entropy", 0),
+        ("tiny-llama", "eagle", "greedy", "rms", 1),
+        ("tiny-llama", "eagle", "greedy", "rms", 2),
+        ("tiny-llama", "eagle", "greedy", "sink_attn", 2),
+        ("tiny-llama", "eagle", "sampled", "rms", 1),
+        ("tiny-llama", "medusa", "greedy", "rms_low", 1),
+    ]
+    mine = [{k: r[k] for k in DIAGNOSTIC_KEYS} for r in rows if r["job_hash"] == "curve-a"]
+    key = lambda d: (d["drafter"], d["condition"], d["name"], d["depth"])  # noqa: E731
+    assert sorted(mine, key=key) == sorted(given, key=key)
+    assert [r["value"] for r in store.diagnostic_rows(condition="sampled")] == [2.0]
+    assert [r["job_hash"] for r in store.diagnostic_rows(target="a-target")] == ["curve-b"]
+    assert [r["name"] for r in store.diagnostic_rows(drafter="medusa")] == ["rms_low"]
+
+    # A repeated mark_done replaces this job's diagnostics and leaves other jobs' alone;
+    # diagnostics=None leaves them as they are.
+    store.mark_done("curve-a", result={}, diagnostics=[_diag("rms_fused", 3, 0.75)])
+    store.mark_done("curve-a", result={})
+    assert [(r["job_hash"], r["name"]) for r in store.diagnostic_rows()] == [
+        ("curve-b", "rms"), ("curve-a", "rms_fused")
+    ]
 
 
 def test_tuned_config_is_stored_and_returned_by_best(store: Store) -> None:
@@ -290,31 +357,109 @@ def test_best_returns_newest_config_per_pairing_and_filters(store: Store) -> Non
     assert store.best(target="absent") == []
 
 
-@pytest.mark.parametrize(
-    "break_tuned",
-    [
-        pytest.param(lambda t: {k: v for k, v in t.items() if k != "speedup"}, id="missing-key"),
-        pytest.param(lambda t: {**t, "experiment_id": 999_999}, id="unknown-experiment"),
-    ],
-)
-def test_failed_mark_done_writes_nothing(store: Store, break_tuned) -> None:
+def _good_done(experiment_id: int) -> dict:
+    """mark_done arguments that succeed; each case below breaks one part of them."""
+    return {
+        "result": {"depth": 3},
+        "curves": [
+            ("tiny-llama", "eagle-1layer", _curve((0.9, 0.8))),
+            ("tiny-llama", "eagle-1layer", _curve((0.7,), condition="sampled", temperature=1.0)),
+        ],
+        "diagnostics": [_diag("rms", 1, 1.5), _diag("attn_entropy", 0, 2.0)],
+        "tuned": _tuned(experiment_id),
+    }
+
+
+def _without(entry: dict, key: str) -> dict:
+    return {k: v for k, v in entry.items() if k != key}
+
+
+BROKEN_DONE = {
+    "tuned-missing-key": (lambda a: {**a, "tuned": _without(a["tuned"], "speedup")}, "tuned"),
+    "tuned-unknown-experiment": (
+        lambda a: {**a, "tuned": {**a["tuned"], "experiment_id": 999_999}}, "mark_done refused"
+    ),
+    "diagnostic-missing-value": (
+        lambda a: {**a, "diagnostics": [*a["diagnostics"], _without(_diag("rms", 2, 0), "value")]},
+        r"diagnostics\[2\] of job select-a: missing keys \['value'\]",
+    ),
+    "diagnostic-nan": (
+        lambda a: {**a, "diagnostics": [_diag("rms", 2, math.nan)]}, "value must be a finite"
+    ),
+    "diagnostic-negative-depth": (
+        lambda a: {**a, "diagnostics": [_diag("rms", -1, 1.0)]}, "depth must be an integer >= 0"
+    ),
+    "diagnostic-long-name": (
+        lambda a: {**a, "diagnostics": [_diag("x" * 65, 1, 1.0)]}, "name must be a string"
+    ),
+    "diagnostic-repeated": (
+        lambda a: {**a, "diagnostics": [_diag("rms", 1, 1.0), _diag("rms", 1, 2.0)]},
+        "mark_done refused",
+    ),
+    "curve-condition-repeated": (
+        lambda a: {**a, "curves": [a["curves"][0], a["curves"][0]]}, "mark_done refused"
+    ),
+    "curve-not-a-triple": (lambda a: {**a, "curves": [_curve((0.9,))]}, r"curves\[0\]"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN_DONE)
+def test_failed_mark_done_writes_nothing(store: Store, case: str) -> None:
+    break_args, message = BROKEN_DONE[case]
     experiment_id = _experiment(store)
     _link(store, experiment_id, "select-a")
     store.mark_running("select-a", mlflow_run_id="run-a")
 
-    with pytest.raises(StoreError, match="mark_done|tuned config"):
-        store.mark_done(
-            "select-a",
-            result={"depth": 3},
-            curve=("tiny-llama", "eagle-1layer", _curve((0.9, 0.8))),
-            tuned=break_tuned(_tuned(experiment_id)),
-        )
+    with pytest.raises(StoreError, match=message):
+        store.mark_done("select-a", **break_args(_good_done(experiment_id)))
 
     job = _status(store, "select-a")
     assert (job["status"], job["finished_at"]) == ("running", None)
     assert store.finished_result("select-a") is None
     assert store.curve_rows() == []
+    assert store.diagnostic_rows() == []
     assert store.best() == []
+
+
+def test_failed_repeat_of_mark_done_keeps_the_earlier_rows(store: Store) -> None:
+    experiment_id = _experiment(store)
+    _link(store, experiment_id, "select-a")
+    store.mark_done("select-a", **_good_done(experiment_id))
+    before = (store.curve_rows(), store.diagnostic_rows(), store.best())
+
+    bad = {**_good_done(experiment_id), "diagnostics": [_without(_diag("rms", 1, 0), "value")]}
+    with pytest.raises(StoreError, match="missing keys"):
+        store.mark_done("select-a", **{**bad, "curves": [], "result": {"depth": 9}})
+
+    assert (store.curve_rows(), store.diagnostic_rows(), store.best()) == before
+    assert store.finished_result("select-a") == {"depth": 3}
+    assert len(before[0]) == 3 and len(before[1]) == 2
+
+
+def test_database_at_revision_0001_upgrades_in_place(db_url: str) -> None:
+    url = make_url(db_url)
+    if url.get_backend_name() == "sqlite":
+        os.makedirs(os.path.dirname(url.database), exist_ok=True)
+    engine = create_engine(db_url)
+    with engine.begin() as connection:
+        command.upgrade(alembic_config(connection), "0001")
+        assert "diagnostics" not in inspect(connection).get_table_names()
+        job = {"job_hash": "old-job", "kind": "measure_curve", "name": "measure-old",
+               "status": "done", "attempts": 1, "config_json": "{}", "result_json": '{"a": 1}',
+               "created_at": utc_now()}
+        connection.execute(insert(Job.__table__).values(**job))
+
+    with Store(db_url) as store:
+        assert [(j["job_hash"], j["status"]) for j in store.jobs()] == [("old-job", "done")]
+        assert store.finished_result("old-job") == {"a": 1}
+        store.mark_done("old-job", result={"a": 2}, diagnostics=[_diag("rms", 1, 1.5)])
+        assert [r["job_hash"] for r in store.diagnostic_rows()] == ["old-job"]
+
+    with engine.connect() as connection:
+        assert current_revision(connection) == head_revision()
+        assert set(inspect(connection).get_table_names()) == TABLES | {"alembic_version"}
+        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+    engine.dispose()
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,10 @@ def test_parent_and_child_runs_with_curve(tmp_path):
     run_id = tracker.start_job(exp_id, parent, job_hash=job.hash, kind=job.kind, name=job.name,
                                params=job.config, tags={})
     curve = Curve("default", 0.0, 10, (0.8, 0.5, 0.5), (0.8, 0.4, 0.2), (1.0, 1.8, 2.2, 2.4))
-    log_job(tracker, run_id, job, {"curve": curve.to_dict()})
+    other = Curve("no_template", 0.0, 10, (0.5, 0.5, 0.5), (0.5, 0.25, 0.125), (1.0, 1.5, 1.75, 1.875))
+    diagnostics = [{"condition": "default", "temperature": 0.0, "depth": k, "name": "rms", "value": 1.0 + k}
+                   for k in (1, 2, 3)]
+    log_job(tracker, run_id, job, {"curves": [curve.to_dict(), other.to_dict()], "diagnostics": diagnostics})
     client = MlflowClient(uri)
     assert client.get_run(run_id).info.status == "RUNNING"
     tracker.end(run_id, ok=True)
@@ -37,6 +40,10 @@ def test_parent_and_child_runs_with_curve(tmp_path):
     assert acc == [(0, 1.0), (1, 1.8), (2, 2.2), (3, 2.4)]
     surv = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "survival"))
     assert surv == [(1, 0.8), (2, 0.4), (3, 0.2)]
+    other_acc = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "accept_len/no_template/T0"))
+    assert other_acc == [(0, 1.0), (1, 1.5), (2, 1.75), (3, 1.875)]
+    rms = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "rms/default/T0"))
+    assert rms == [(1, 2.0), (2, 3.0), (3, 4.0)]
     artifacts = [a.path for a in client.list_artifacts(run_id)]
-    assert "curve.png" in artifacts
+    assert {"curve.png", "conditions.png", "drift.png"} <= set(artifacts)
     assert (tmp_path / "artifacts").is_dir()

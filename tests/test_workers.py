@@ -5,9 +5,15 @@ import torch
 
 from workers.engine import EagleProposer, generate
 from workers.features import target_pass
-from workers.measure import continue_text, draft_all_chains, measure_curve
+from workers.measure import continue_text, draft_all_chains, measure_curves
 
-EVAL = dict(max_depth=4, temperature=0.0, num_prompts=6, prompt_len=20, continuation_len=10, corpus="stdlib")
+EVAL = dict(max_depth=4, temperatures=[0.0], num_prompts=6, prompt_len=20, continuation_len=10, corpus="stdlib",
+            conditions=["default"], long_context_len=64)
+
+
+def measure_curve(**kwargs):
+    (curve, _), = measure_curves(**kwargs)
+    return curve
 
 
 def _prompt(tokenizer, text="def parse(self, line):\n    "):
@@ -60,7 +66,7 @@ def test_batched_drafting_equals_incremental_chain(tiny_target, tiny_drafters):
     seq = torch.cat([_prompt(tokenizer), torch.tensor([target_greedy(target, _prompt(tokenizer), 16)])], dim=1)
     for drafter, _ in tiny_drafters.values():
         streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)
-        drafts, _ = draft_all_chains(drafter, seq, streams, 5, 0.0, None)
+        drafts = draft_all_chains(drafter, seq, streams, 5, 0.0, None)[0]
         for c in range(2, seq.shape[1] - 6):
             chain = draft_chain(drafter, seq[:, : c + 2], [s[:, : c + 1] for s in streams], 5)
             assert chain == drafts[0, c].tolist(), c
@@ -71,12 +77,12 @@ def test_future_tokens_do_not_leak_into_drafts(tiny_target, tiny_drafters):
     drafter, _ = tiny_drafters["post"]
     seq = torch.cat([_prompt(tokenizer), torch.tensor([target_greedy(target, _prompt(tokenizer), 12)])], dim=1)
     streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)
-    base, _ = draft_all_chains(drafter, seq, streams, 3, 0.0, None)
+    base = draft_all_chains(drafter, seq, streams, 3, 0.0, None)[0]
     cut = seq.shape[1] - 5
     altered = seq.clone()
     altered[:, cut:] = (altered[:, cut:] + 7) % 300 + 3
     streams2, _ = target_pass(target, altered, drafter.cfg.capture_layers)
-    other, _ = draft_all_chains(drafter, altered, streams2, 3, 0.0, None)
+    other = draft_all_chains(drafter, altered, streams2, 3, 0.0, None)[0]
     last_safe = cut - 2 - 3  # chains whose drafts only read tokens before the cut
     assert torch.equal(base[0, : last_safe + 1], other[0, : last_safe + 1])
 
@@ -110,7 +116,7 @@ def test_sampled_curve_probabilities(tiny_target, tiny_drafters):
     target, tokenizer, _ = tiny_target
     drafter, _ = tiny_drafters["post"]
     curve = measure_curve(target=target, drafter=drafter, tokenizer=tokenizer,
-                          evaluation={**EVAL, "temperature": 1.0}, seed=0)
+                          evaluation={**EVAL, "temperatures": [1.0]}, seed=0)
     assert curve.temperature == 1.0
     assert all(0.0 < s <= 1.0 for s in curve.survival)
     assert all(a >= b for a, b in zip(curve.survival, curve.survival[1:]))

@@ -2,13 +2,13 @@
 
 `stdlib`: the Python standard library's own source files (code).
 `pydoc`:  `pydoc_data.topics` (English prose from the Python reference manual).
+`chat`:   question/answer samples built from both, in a chat template (workers/chat.py).
 The split is by document, decided by a hash of the document's name, so it is stable across
 machines and runs; held-out documents never reach training.
 """
 from __future__ import annotations
 
 import hashlib
-import sys
 import sysconfig
 from functools import lru_cache
 from pathlib import Path
@@ -17,12 +17,12 @@ HELDOUT_PERCENT = 10
 MAX_CHARS = 6_000_000  # enough for every built-in training budget; keeps tokenising fast
 
 
-def _is_heldout(name: str) -> bool:
+def is_heldout(name: str) -> bool:
     return int(hashlib.sha256(name.encode()).hexdigest(), 16) % 100 < HELDOUT_PERCENT
 
 
 @lru_cache(maxsize=None)
-def _documents(corpus: str) -> tuple[tuple[str, str], ...]:
+def raw_documents(corpus: str) -> tuple[tuple[str, str], ...]:
     """(name, text) pairs, sorted by name."""
     if corpus == "stdlib":
         root = Path(sysconfig.get_paths()["stdlib"])
@@ -39,7 +39,7 @@ def _documents(corpus: str) -> tuple[tuple[str, str], ...]:
     if corpus == "pydoc":
         from pydoc_data.topics import topics
 
-        return tuple(sorted(topics.items()))
+        return tuple((f"pydoc:{k}", v) for k, v in sorted(topics.items()))
     raise ValueError(f"unknown corpus '{corpus}' (built-in corpora: stdlib, pydoc)")
 
 
@@ -47,10 +47,15 @@ def documents(corpus: str, split: str, max_chars: int = MAX_CHARS) -> list[str]:
     """Texts of one split ('train' or 'heldout'), in a fixed order, capped at max_chars in total."""
     if split not in ("train", "heldout"):
         raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+    if corpus == "chat":
+        from workers.chat import render, samples
+
+        texts = [render(s) for s in samples(split)]
+        return _cap(texts, max_chars)
     want_heldout = split == "heldout"
     out, total = [], 0
-    for name, text in _documents(corpus):
-        if _is_heldout(name) != want_heldout or not text.strip():
+    for name, text in raw_documents(corpus):
+        if is_heldout(name) != want_heldout or not text.strip():
             continue
         out.append(text)
         total += len(text)
@@ -59,9 +64,10 @@ def documents(corpus: str, split: str, max_chars: int = MAX_CHARS) -> list[str]:
     return out
 
 
-def fingerprint(corpus: str) -> str:
-    """A short id of the corpus as this machine has it (Python version and document names/sizes)."""
-    h = hashlib.sha256(f"{sys.version_info[:2]}".encode())
-    for name, text in _documents(corpus):
-        h.update(f"{name}:{len(text)};".encode())
-    return h.hexdigest()[:16]
+def _cap(texts: list[str], max_chars: int) -> list[str]:
+    """Spread the budget over the whole list (every k-th text) so no part of it is left out."""
+    total = sum(len(t) for t in texts)
+    if total <= max_chars:
+        return texts
+    stride = -(-total // max_chars)
+    return texts[::stride]

@@ -38,6 +38,25 @@ def _interleaved_medians(fns: dict, *, warmup: int, repeats: int, device: torch.
 
 
 @torch.no_grad()
+def _draft_step(drafter, target, ctx: torch.Tensor, context_len: int):
+    """A closure running one drafter step against a cached context of context_len tokens."""
+    if not hasattr(drafter, "cfg"):  # a standalone causal LM: one decode step, cache cropped back
+        _, cache, _ = cached_forward_states(drafter, ctx[:, :-1])
+        last = ctx[:, -1:]
+
+        def run():
+            cached_forward_states(drafter, last, cache)
+            cache.crop(-1)
+
+        return run
+    streams, _ = target_pass(target, ctx, drafter.cfg.capture_layers)
+    g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
+    d_cache, logits, chain = drafter.prefill(ctx[:, 1:], g0)  # cached positions 0..L-2
+    token = drafter.full_logits(logits).argmax(-1)
+    return lambda: drafter.step(token, chain, d_cache, context_len - 1)
+
+
+@torch.no_grad()
 def profile_cost(*, target, drafter, context_len: int, max_depth: int, warmup: int, repeats: int, seed: int) -> CostProfile:
     device = next(target.parameters()).device
     dtype = next(target.parameters()).dtype
@@ -54,13 +73,9 @@ def profile_cost(*, target, drafter, context_len: int, max_depth: int, warmup: i
 
         return run
 
-    streams, _ = target_pass(target, ctx, drafter.cfg.capture_layers)
-    g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
-    d_cache, logits, chain = drafter.prefill(ctx[:, 1:], g0)  # cached positions 0..L-2
-    token = drafter.full_logits(logits).argmax(-1)
     ms = _interleaved_medians(
         {
-            "draft_ms": lambda: drafter.step(token, chain, d_cache, context_len - 1),
+            "draft_ms": _draft_step(drafter, target, ctx, context_len),
             "decode_ms": target_call(1),
             "verify_ms": target_call(max_depth + 1),
         },

@@ -189,6 +189,8 @@ class Eagle3Drafter(nn.Module):
         ks, vs, outs = [], [], []
         g, tok = g0, tokens
         for s in range(num_steps):
+            if noise is not None:
+                g = noise.hidden(g)
             q, k, v, gate = self._qkv(tok, g, pos, noise)
             ks.append(k)
             vs.append(v)
@@ -213,8 +215,6 @@ class Eagle3Drafter(nn.Module):
             picked = pick(logits) if pick is not None else None
             outs.append(StepOut(logits, self.chain_input(h, normed), probs, picked))
             g = _shift_right(self.chain_input(h, normed), 1, dim=1)  # position i gets step s at i-1
-            if noise is not None:
-                g = noise.hidden(g)
             if picked is not None:
                 tok = _shift_right(picked, 1, dim=1)
         return outs

@@ -20,11 +20,20 @@ def _target(config: dict, inputs: dict, device):
     return load_target(source, device=device, dtype=pick_dtype(config["dtype"], device))
 
 
-def _drafter(inputs: dict, target):
-    from workers.train_drafter import load_drafter
-
+def _drafter(config: dict, inputs: dict, target):
+    """The drafter to measure: an EAGLE-3 module, or a standalone causal LM."""
     param = next(target.parameters())
-    return load_drafter(inputs["drafter"]["files"], device=param.device, dtype=param.dtype)
+    if config.get("drafter_kind", "eagle3") == "eagle3":
+        from workers.train_drafter import load_drafter
+
+        return load_drafter(inputs["drafter"]["files"], device=param.device, dtype=param.dtype)
+    from workers.standalone import check_vocab
+    from workers.target import load_target
+
+    source = {"files": inputs["drafter"]["files"]} if "drafter" in inputs else {"hf": config["drafter_hf"]}
+    model, _ = load_target(source, device=param.device, dtype=param.dtype, role="drafter")
+    check_vocab(model, target)
+    return model
 
 
 def train_target(config: dict, inputs: dict, *, num_gpus: float, progress) -> dict:
@@ -36,25 +45,38 @@ def train_target(config: dict, inputs: dict, *, num_gpus: float, progress) -> di
 
 
 def train_drafter(config: dict, inputs: dict, *, num_gpus: float, progress) -> dict:
-    from workers.train_drafter import train_drafter as train
-
     device = pick_device(num_gpus)
     target, tokenizer = _target(config, inputs, device)
     d = config["drafter"]
-    files, metrics = train(target=target, tokenizer=tokenizer, variant=d, train=d["train"], seed=config["seed"],
-                           device=device, progress=progress)
+    if d["kind"] == "standalone":
+        from workers.standalone import train_standalone
+
+        files, metrics = train_standalone(tokenizer=tokenizer, builtin=d["builtin"], seed=config["seed"],
+                                          progress=progress)
+    else:
+        from workers.train_drafter import train_drafter as train
+
+        files, metrics = train(target=target, tokenizer=tokenizer, variant=d, train=d["train"],
+                               seed=config["seed"], device=device, progress=progress)
     return {"files": files, "metrics": metrics}
 
 
 def measure_curve(config: dict, inputs: dict, *, num_gpus: float, progress) -> dict:
-    from workers.measure import measure_curve as measure
+    from workers.measure import measure_curves
 
     device = pick_device(num_gpus)
     target, tokenizer = _target(config, inputs, device)
-    drafter = _drafter(inputs, target)
-    curve = measure(target=target, drafter=drafter, tokenizer=tokenizer,
-                    evaluation=config["evaluation"], seed=config["seed"])
-    return {"curve": curve.to_dict()}
+    drafter = _drafter(config, inputs, target)
+    results = measure_curves(target=target, drafter=drafter, tokenizer=tokenizer, evaluation=config["evaluation"],
+                             seed=config["seed"], standalone=config.get("drafter_kind") == "standalone")
+    return {
+        "curves": [curve.to_dict() for curve, _ in results],
+        "diagnostics": [
+            {"condition": curve.condition, "temperature": curve.temperature, "depth": depth, "name": name,
+             "value": value}
+            for curve, rows in results for depth, name, value in rows
+        ],
+    }
 
 
 def profile_cost(config: dict, inputs: dict, *, num_gpus: float, progress) -> dict:
@@ -62,7 +84,7 @@ def profile_cost(config: dict, inputs: dict, *, num_gpus: float, progress) -> di
 
     device = pick_device(num_gpus)
     target, _ = _target(config, inputs, device)
-    drafter = _drafter(inputs, target)
+    drafter = _drafter(config, inputs, target)
     c = config["cost"]
     cost = profile(target=target, drafter=drafter, context_len=c["context_len"], max_depth=config["max_depth"],
                    warmup=c["warmup"], repeats=c["repeats"], seed=config["seed"])
@@ -70,7 +92,8 @@ def profile_cost(config: dict, inputs: dict, *, num_gpus: float, progress) -> di
 
 
 def select_depth(config: dict, inputs: dict, *, num_gpus: float, progress) -> dict:
-    curve = Curve.from_dict(inputs["curve"]["curve"])
+    """The depth for the primary curve: the spec's first condition at its first temperature."""
+    curve = Curve.from_dict(inputs["curve"]["curves"][0])
     cost = CostProfile.from_dict(inputs["cost"]["cost"])
     ratio = config["cost_ratio"] if config["cost_ratio"] is not None else cost.cost_ratio
     choice = choose_depth(curve, ratio)

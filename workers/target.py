@@ -37,20 +37,23 @@ def build_tiny_llama(*, vocab_size, hidden_size, layers, heads, intermediate_siz
 def train_builtin_target(*, builtin: dict, seed: int, progress=None) -> tuple[Files, dict]:
     """Train tokenizer and model on the built-in corpus; return the packed folder and metrics."""
     torch.manual_seed(seed)
-    train = builtin["train"]
     tokenizer = train_tokenizer(builtin["corpus"], builtin["vocab_size"])
-    chars = max(500_000, train["steps"] * train["batch_size"] * train["seq_len"] * 4)
-    stream = token_stream(tokenizer, builtin["corpus"], "train", max_chars=chars)
-    val = token_stream(tokenizer, builtin["corpus"], "heldout", max_chars=300_000)
     model = build_tiny_llama(
-        vocab_size=len(tokenizer),
-        hidden_size=builtin["hidden_size"],
-        layers=builtin["layers"],
-        heads=builtin["heads"],
-        intermediate_size=builtin["intermediate_size"],
-        max_positions=4096,
+        vocab_size=len(tokenizer), hidden_size=builtin["hidden_size"], layers=builtin["layers"],
+        heads=builtin["heads"], intermediate_size=builtin["intermediate_size"], max_positions=4096,
         tokenizer=tokenizer,
     )
+    metrics = train_lm(model, tokenizer, corpus=builtin["corpus"], train=builtin["train"], seed=seed,
+                       progress=progress)
+    return pack_model(model, tokenizer), metrics
+
+
+def train_lm(model, tokenizer, *, corpus: str, train: dict, seed: int, progress=None) -> dict:
+    """Next-token training on a built-in corpus (chat samples start every window at their BOS)."""
+    chars = max(500_000, train["steps"] * train["batch_size"] * train["seq_len"] * 4)
+    stream = token_stream(tokenizer, corpus, "train", max_chars=chars)
+    val = token_stream(tokenizer, corpus, "heldout", max_chars=300_000)
+    aligned = corpus == "chat"
     opt = torch.optim.AdamW(model.parameters(), lr=train["lr"], weight_decay=0.01)
     gen = torch.Generator().manual_seed(seed)
     steps, t0, loss = train["steps"], time.perf_counter(), float("nan")
@@ -58,7 +61,7 @@ def train_builtin_target(*, builtin: dict, seed: int, progress=None) -> tuple[Fi
     for step in range(steps):
         for group in opt.param_groups:
             group["lr"] = _cosine_lr(train["lr"], step, steps)
-        batch = sample_windows(stream, train["batch_size"], train["seq_len"], tokenizer.bos_token_id, gen)
+        batch = sample_windows(stream, train["batch_size"], train["seq_len"], tokenizer.bos_token_id, gen, aligned)
         loss_t = model(input_ids=batch, labels=batch).loss
         opt.zero_grad(set_to_none=True)
         loss_t.backward()
@@ -68,19 +71,21 @@ def train_builtin_target(*, builtin: dict, seed: int, progress=None) -> tuple[Fi
         if progress is not None:
             progress(step + 1, steps, loss)
     seconds = time.perf_counter() - t0
-    val_loss = _eval_loss(model, val, train["seq_len"], tokenizer.bos_token_id, seed)
-    with tempfile.TemporaryDirectory() as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        files = pack_dir(tmp)
-    metrics = {
+    model.eval()
+    return {
         "train_loss": loss,
-        "val_loss": val_loss,
+        "val_loss": _eval_loss(model, val, train["seq_len"], tokenizer.bos_token_id, seed, aligned),
         "train_seconds": seconds,
         "tokens_per_s": steps * train["batch_size"] * train["seq_len"] / seconds,
         "num_params": sum(p.numel() for p in model.parameters()),
     }
-    return files, metrics
+
+
+def pack_model(model, tokenizer) -> Files:
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        return pack_dir(tmp)
 
 
 def _cosine_lr(base: float, step: int, steps: int, warmup: int = 20) -> float:
@@ -90,27 +95,29 @@ def _cosine_lr(base: float, step: int, steps: int, warmup: int = 20) -> float:
 
 
 @torch.no_grad()
-def _eval_loss(model, stream: torch.Tensor, seq_len: int, bos_id: int, seed: int, batches: int = 4) -> float:
-    model.eval()
+def _eval_loss(model, stream: torch.Tensor, seq_len: int, bos_id: int, seed: int, aligned: bool,
+               batches: int = 4) -> float:
     gen = torch.Generator().manual_seed(seed + 1)
     losses = [model(input_ids=b, labels=b).loss.item() for b in
-              (sample_windows(stream, 16, seq_len, bos_id, gen) for _ in range(batches))]
+              (sample_windows(stream, 16, seq_len, bos_id, gen, aligned) for _ in range(batches))]
     return sum(losses) / len(losses)
 
 
-def load_target(source: dict, *, device: torch.device, dtype: torch.dtype):
-    """(model, tokenizer) from {'files': packed folder} or {'hf': id or local path}; eval mode."""
+def load_target(source: dict, *, device: torch.device, dtype: torch.dtype, role: str = "target"):
+    """(model, tokenizer) from {'files': packed folder} or {'hf': id or local path}; eval mode.
+
+    role names the spec entry in error messages ('target' or 'drafter')."""
     if "files" in source:
         where = str(materialise(source["files"]))
     else:
         where = source["hf"]
         if where.startswith(("/", "./", "../", "~")) and not (Path(where).expanduser() / "config.json").is_file():
-            raise FileNotFoundError(f"target: no model at {where} (config.json not found)")
+            raise FileNotFoundError(f"{role}: no model at {where} (config.json not found)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(where)
         model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype)
     except (OSError, ValueError) as exc:
-        raise RuntimeError(f"target: cannot load model from {where}: {str(exc).splitlines()[0]}") from exc
+        raise RuntimeError(f"{role}: cannot load model from {where}: {str(exc).splitlines()[0]}") from exc
     model.to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)

@@ -1,0 +1,87 @@
+"""A chat-style corpus from what every machine has, and the prompt formats drift shows under.
+
+Samples pair a question with an answer: a standard-library function's docstring asks for the
+function, whose code (docstring removed) answers; a `pydoc_data` topic title asks for its prose.
+Each sample is wrapped in a chat template (system prompt, user turn, assistant turn) after BOS.
+Evaluation prompts can then drop the template, the BOS token, or both, or prepend many earlier
+turns (long context), which is what makes template perturbations mean something.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+
+SYSTEM, USER, ASSISTANT, END = "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"
+CHAT_TOKENS = [SYSTEM, USER, ASSISTANT, END]
+SYSTEM_PROMPTS = (
+    "You are a careful Python programmer.",
+    "You answer questions about Python with working code.",
+    "You are a helpful assistant for the Python standard library.",
+)
+MAX_ANSWER_CHARS = 1500
+
+
+@dataclass(frozen=True)
+class Sample:
+    system: str
+    question: str
+    answer: str
+
+
+def _system_for(key: str) -> str:
+    return SYSTEM_PROMPTS[int(hashlib.sha256(key.encode()).hexdigest(), 16) % len(SYSTEM_PROMPTS)]
+
+
+def function_samples(name: str, source: str) -> list[Sample]:
+    """One sample per documented function of a module's source."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    lines = source.splitlines()
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        doc = ast.get_docstring(node)
+        if not doc or len(doc) < 20:
+            continue
+        first = node.body[0]  # the docstring's statement: its lines are left out of the answer
+        skip = range(first.lineno, first.end_lineno + 1)
+        body = [lines[i - 1] for i in range(node.lineno, node.end_lineno + 1) if i not in skip]
+        answer = "\n".join(line for line in body if line.strip())[:MAX_ANSWER_CHARS]
+        question = doc.split("\n\n")[0].strip()[:300]
+        out.append(Sample(_system_for(f"{name}:{node.name}"), question, answer))
+    return out
+
+
+def topic_samples(topics: dict[str, str]) -> list[tuple[str, Sample]]:
+    return [(key, Sample(_system_for(key), f"Explain the Python topic '{key}'.", text.strip()[:MAX_ANSWER_CHARS]))
+            for key, text in sorted(topics.items())]
+
+
+def render(sample: Sample, *, template: bool = True, answer: bool = True) -> str:
+    """The sample's text (BOS is added by the tokeniser step, or left out for no-BOS prompts)."""
+    if template:
+        head = f"{SYSTEM}{sample.system}{END}\n{USER}{sample.question}{END}\n{ASSISTANT}"
+        return head + (f"{sample.answer}{END}" if answer else "")
+    head = f"{sample.question}\n"
+    return head + (sample.answer if answer else "")
+
+
+@lru_cache(maxsize=4)
+def samples(split: str) -> tuple[Sample, ...]:
+    """Every chat sample of one split, in a fixed order (split by source document)."""
+    from pydoc_data.topics import topics
+
+    from workers.corpus import is_heldout, raw_documents
+
+    want = split == "heldout"
+    out: list[Sample] = []
+    for name, source in raw_documents("stdlib"):
+        if is_heldout(name) == want:
+            out.extend(function_samples(name, source))
+    out.extend(s for key, s in topic_samples(topics) if is_heldout(f"pydoc:{key}") == want)
+    return tuple(out)
