@@ -184,6 +184,42 @@ def status(workdir: WorkdirOpt = Path(".specfleet"), db: DbOpt = None):
         store.close()
 
 
+@app.command()
+def drift(
+    experiment: Annotated[Optional[str], typer.Option("--experiment", help="Experiment name (default: the newest).")] = None,
+    condition: Annotated[Optional[str], typer.Option("--condition", help="Condition for the per-depth tables (default: the experiment's first).")] = None,
+    depth: Annotated[int, typer.Option("--depth", help="Depth at which accept_len is compared across conditions.")] = 8,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Also write the per-depth plot here (PNG).")] = None,
+    workdir: WorkdirOpt = Path(".specfleet"),
+    db: DbOpt = None,
+):
+    """Drafters compared for attention drift: diagnostics by depth, accept_len by condition (Markdown)."""
+    from pipeline import findings
+
+    store = _store(workdir, db)
+    try:
+        curves, diags = findings.experiment_rows(store, experiment)
+    finally:
+        store.close()
+    if not curves:
+        raise UserError(f"--experiment: no measured curves for {experiment or 'any experiment'}")
+    conditions = list(dict.fromkeys(r["condition"] for r in curves))
+    condition = condition or conditions[0]
+    for name in ("rms", "sink_attn", "recent_attn", "attn_entropy"):
+        values = findings.by_depth(diags, name=name, condition=condition, temperature=0.0)
+        if values:
+            out.print(findings.markdown_depth_table(values, f"{name} ({condition}, T=0)") + "\n", markup=False)
+    values = findings.by_depth(curves, name="cond_accept", condition=condition, temperature=0.0)
+    out.print(findings.markdown_depth_table(values, f"cond_accept ({condition}, T=0)") + "\n", markup=False)
+    for temperature in sorted({r["temperature"] for r in curves}):
+        table = findings.accept_len_by_condition(curves, temperature=temperature, depth=depth)
+        out.print(f"accept_len({depth}) by condition, T={temperature:g}, change against {conditions[0]}:", markup=False)
+        out.print(findings.markdown_condition_table(table, conditions, conditions[0]) + "\n", markup=False)
+    if plot is not None:
+        findings.plot_findings(curves, diags, condition=condition, path=plot, title=experiment or "drift")
+        out.print(f"plot: {plot}")
+
+
 def main() -> None:
     """Usage errors are typer's (exit 2); a spec or user error is printed as plain lines, no traceback."""
     try:

@@ -94,3 +94,20 @@ def test_resources_change_hashes_only_where_they_change_results():
         "train_drafter", "measure_curve", "profile_cost", "select_depth"}
     timing = hashes(plan_of(modified(["resources"], {"profile_cost": {"num_cpus": 2, "num_gpus": 0}})))
     assert {n.split()[0] for n in a if a[n] != timing[n]} == {"profile_cost", "select_depth"}
+
+
+def test_standalone_drafters_in_the_plan():
+    data = yaml.safe_load(yaml.safe_dump(BASE))
+    data["drafters"] = [
+        {"name": "small", "kind": "standalone", "builtin": {"layers": 1, "hidden_size": 32, "heads": 2}},
+        {"name": "hub", "kind": "standalone", "hf": "someorg/tiny-draft"},
+    ]
+    plan = plan_of(data)
+    names = [j.name for j in plan.jobs]
+    assert "train_drafter t/small" in names and "train_drafter t/hub" not in names  # an hf model is used as is
+    hub_measure = next(j for j in plan.jobs if j.name == "measure_curve t/hub")
+    assert hub_measure.config["drafter_hf"] == "someorg/tiny-draft"
+    assert hub_measure.config["drafter_kind"] == "standalone"
+    assert {n for n, _ in hub_measure.deps} == {"target"}
+    small_measure = next(j for j in plan.jobs if j.name == "measure_curve t/small")
+    assert {n for n, _ in small_measure.deps} == {"target", "drafter"}

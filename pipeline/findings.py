@@ -1,0 +1,99 @@
+"""Attention-drift findings from the database: drafters compared per depth and per condition.
+
+Reads what measure jobs stored (curves and diagnostics) for one experiment and lays it out the
+way the attention-drift paper does: rms / sink_attn / recent_attn by depth, accept_len by
+prompt format, cond_accept by depth. Tables print in the terminal or as Markdown for reports.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+
+def experiment_rows(store, experiment: str | None):
+    """(curve rows, diagnostic rows) of the newest experiment with that name (or the newest one)."""
+    exps = [e for e in store.experiments() if experiment is None or e["name"] == experiment]
+    if not exps:
+        return [], []
+    newest = max(exps, key=lambda e: (e["created_at"], e["id"]))
+    hashes = {j["job_hash"] for j in store.jobs(newest["id"])}
+    curves = [r for r in store.curve_rows() if r["job_hash"] in hashes]
+    diags = [r for r in store.diagnostic_rows() if r["job_hash"] in hashes]
+    return curves, diags
+
+
+def by_depth(rows, *, name: str, condition: str, temperature: float) -> dict[str, dict[int, float]]:
+    """pairing label -> depth -> value, for one diagnostic (or curve column) under one condition."""
+    out: dict[str, dict[int, float]] = defaultdict(dict)
+    for r in rows:
+        if r["condition"] != condition or r["temperature"] != temperature:
+            continue
+        if "name" in r:  # a diagnostics row: (name, value)
+            if r["name"] != name or r["depth"] == 0:
+                continue
+            value = r["value"]
+        else:  # a curve row: one column per metric
+            value = r[name]
+        out[f"{r['target']}/{r['drafter']}"][r["depth"]] = value
+    return dict(out)
+
+
+def accept_len_by_condition(curves, *, temperature: float, depth: int) -> dict[str, dict[str, float]]:
+    """pairing label -> condition -> accept_len(depth)."""
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for r in curves:
+        if r["temperature"] == temperature and r["depth"] == depth:
+            out[f"{r['target']}/{r['drafter']}"][r["condition"]] = r["accept_len"]
+    return dict(out)
+
+
+def markdown_depth_table(values: dict[str, dict[int, float]], title: str) -> str:
+    depths = sorted({d for v in values.values() for d in v})
+    head = f"| {title} | " + " | ".join(f"k={d}" for d in depths) + " |"
+    sep = "|---|" + "---|" * len(depths)
+    lines = [head, sep]
+    for label in sorted(values):
+        cells = " | ".join(f"{values[label].get(d, float('nan')):.3f}" for d in depths)
+        lines.append(f"| {label} | {cells} |")
+    return "\n".join(lines)
+
+
+def markdown_condition_table(values: dict[str, dict[str, float]], conditions: list[str], base: str) -> str:
+    head = "| pairing | " + " | ".join(conditions) + " |"
+    lines = [head, "|---|" + "---|" * len(conditions)]
+    for label in sorted(values):
+        row = values[label]
+        cells = []
+        for c in conditions:
+            v = row.get(c)
+            if v is None:
+                cells.append("")
+            elif c == base or base not in row:
+                cells.append(f"{v:.3f}")
+            else:
+                cells.append(f"{v:.3f} ({(v - row[base]) / row[base] * 100:+.0f}%)")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_findings(curves, diags, *, condition: str, path: str | Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("rms", diags), ("sink_attn", diags), ("recent_attn", diags), ("cond_accept", curves)]
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
+    for ax, (name, rows) in zip(axes, panels):
+        for label, points in sorted(by_depth(rows, name=name, condition=condition, temperature=0.0).items()):
+            depths = sorted(points)
+            ax.plot(depths, [points[d] for d in depths], "o-", ms=3, label=label.split("/", 1)[1])
+        ax.set(xlabel="depth k", title=f"{name} ({condition}, greedy)")
+    if axes[0].get_legend_handles_labels()[0]:
+        axes[0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
