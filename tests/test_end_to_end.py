@@ -77,6 +77,9 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
         acc = {c["depth"]: c["accept_len"] for c in curve} | {0: 1.0}
         assert row["accept_len"] == pytest.approx(acc[row["depth"]])
         assert row["speedup"] == pytest.approx(acc[row["depth"]] / (row["depth"] * row["cost_ratio"] + 1))
+        diags = store.diagnostic_rows(target="t0", drafter=row["drafter"])
+        assert {(d["name"], d["depth"]) for d in diags if d["depth"] > 0} == {
+            (n, k) for n in ("rms", "sink_attn", "recent_attn", "attn_entropy") for k in (1, 2, 3)}
     store.close()
 
     # MLflow: a parent run and one child run per job, curves with step = depth, checkpoints and plots
@@ -92,7 +95,9 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
         paths = {a.path for a in client.list_artifacts(r.info.run_id)}
         if kind == "measure_curve":
             steps = sorted(m.step for m in client.get_metric_history(r.info.run_id, "accept_len"))
-            assert steps == [0, 1, 2, 3] and "curve.png" in paths
+            assert steps == [0, 1, 2, 3] and {"curve.png", "drift.png"} <= paths
+            rms = sorted(m.step for m in client.get_metric_history(r.info.run_id, "rms/default/T0"))
+            assert rms == [1, 2, 3]
         if kind == "train_drafter":
             inner = {a.path for a in client.list_artifacts(r.info.run_id, "checkpoint")}
             assert "checkpoint/model.safetensors" in inner

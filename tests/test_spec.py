@@ -95,3 +95,9 @@ def test_cli_validate_exit_code_and_nothing_written(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # no .specfleet, no mlruns
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_experiment_is_valid(path):
+    spec, _ = load_spec(path)
+    assert spec.pairing_list()
