@@ -55,7 +55,7 @@ def validate(spec: Annotated[Path, typer.Argument(help="Experiment YAML.")]):
     from pipeline.version import code_version
 
     parsed, _ = load_spec(spec)
-    plan = build_plan(parsed, code_version())
+    plan = build_plan(parsed, code_version)
     out.print(f"[green]ok[/green] {spec}: {len(parsed.targets)} target(s), {len(parsed.drafters)} drafter(s), "
               f"{len(parsed.pairing_list())} pairing(s), {len(plan.jobs)} jobs")
 
@@ -75,7 +75,7 @@ def run(
     from pipeline.version import code_version
 
     parsed, text = load_spec(spec)
-    plan = build_plan(parsed, code_version())
+    plan = build_plan(parsed, code_version)
     if dry_run:
         _print_plan(plan, workdir, db)
         return
@@ -203,20 +203,23 @@ def drift(
         store.close()
     if not curves:
         raise UserError(f"--experiment: no measured curves for {experiment or 'any experiment'}")
-    conditions = list(dict.fromkeys(r["condition"] for r in curves))
+    conditions = findings.ordered_conditions(curves)
     condition = condition or conditions[0]
+    t0 = min(r["temperature"] for r in curves)  # per-depth tables at the lowest temperature measured
     for name in ("rms", "sink_attn", "recent_attn", "attn_entropy"):
-        values = findings.by_depth(diags, name=name, condition=condition, temperature=0.0)
+        values = findings.by_depth(diags, name=name, condition=condition, temperature=t0)
         if values:
-            out.print(findings.markdown_depth_table(values, f"{name} ({condition}, T=0)") + "\n", markup=False)
-    values = findings.by_depth(curves, name="cond_accept", condition=condition, temperature=0.0)
-    out.print(findings.markdown_depth_table(values, f"cond_accept ({condition}, T=0)") + "\n", markup=False)
+            out.print(findings.markdown_depth_table(values, f"{name} ({condition}, T={t0:g})") + "\n", markup=False)
+    values = findings.by_depth(curves, name="cond_accept", condition=condition, temperature=t0)
+    out.print(findings.markdown_depth_table(values, f"cond_accept ({condition}, T={t0:g})") + "\n", markup=False)
     for temperature in sorted({r["temperature"] for r in curves}):
         table = findings.accept_len_by_condition(curves, temperature=temperature, depth=depth)
         out.print(f"accept_len({depth}) by condition, T={temperature:g}, change against {conditions[0]}:", markup=False)
         out.print(findings.markdown_condition_table(table, conditions, conditions[0]) + "\n", markup=False)
     if plot is not None:
-        findings.plot_findings(curves, diags, condition=condition, path=plot, title=experiment or "drift")
+        temperature = min(r["temperature"] for r in curves)
+        findings.plot_findings(curves, diags, condition=condition, temperature=temperature, path=plot,
+                               title=experiment or "drift")
         out.print(f"plot: {plot}")
 
 

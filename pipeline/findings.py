@@ -10,6 +10,14 @@ from collections import defaultdict
 from pathlib import Path
 
 
+def ordered_conditions(rows) -> list[str]:
+    """Conditions in the spec's canonical order: prompt formats first (the baseline leading), then noise."""
+    from pipeline.spec import PROMPT_CONDITIONS
+
+    names = {r["condition"] for r in rows}
+    return sorted(names, key=lambda c: (PROMPT_CONDITIONS.index(c) if c in PROMPT_CONDITIONS else 99, c))
+
+
 def experiment_rows(store, experiment: str | None):
     """(curve rows, diagnostic rows) of the newest experiment with that name (or the newest one)."""
     exps = [e for e in store.experiments() if experiment is None or e["name"] == experiment]
@@ -76,7 +84,7 @@ def markdown_condition_table(values: dict[str, dict[str, float]], conditions: li
     return "\n".join(lines)
 
 
-def plot_findings(curves, diags, *, condition: str, path: str | Path, title: str) -> Path:
+def plot_findings(curves, diags, *, condition: str, temperature: float, path: str | Path, title: str) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -85,10 +93,10 @@ def plot_findings(curves, diags, *, condition: str, path: str | Path, title: str
     panels = [("rms", diags), ("sink_attn", diags), ("recent_attn", diags), ("cond_accept", curves)]
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
     for ax, (name, rows) in zip(axes, panels):
-        for label, points in sorted(by_depth(rows, name=name, condition=condition, temperature=0.0).items()):
+        for label, points in sorted(by_depth(rows, name=name, condition=condition, temperature=temperature).items()):
             depths = sorted(points)
             ax.plot(depths, [points[d] for d in depths], "o-", ms=3, label=label.split("/", 1)[1])
-        ax.set(xlabel="depth k", title=f"{name} ({condition}, greedy)")
+        ax.set(xlabel="depth k", title=f"{name} ({condition}, T={temperature:g})")
     if axes[0].get_legend_handles_labels()[0]:
         axes[0].legend(fontsize=7)
     fig.suptitle(title)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.spec import ExperimentSpec, Target
@@ -45,13 +46,15 @@ def job_hash(kind: str, config: dict, deps: dict[str, str], code_version: str) -
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def build_plan(spec: ExperimentSpec, code_version: str) -> Plan:
+def build_plan(spec: ExperimentSpec, code_version: Callable[[str | None], str] | str) -> Plan:
+    """code_version: a function of the job kind (None: the whole code base), or one string for all."""
+    version = code_version if callable(code_version) else (lambda kind=None: code_version)
     jobs: dict[str, Job] = {}
 
     def add(kind: str, name: str, config: dict, deps: dict[str, str], target=None, drafter=None) -> str:
         res = spec.resources_for(kind)
         config = {**config, **_placement(kind, res.num_cpus, res.num_gpus)}
-        h = job_hash(kind, config, deps, code_version)
+        h = job_hash(kind, config, deps, version(kind))
         if h not in jobs:
             jobs[h] = Job(kind, name, config, tuple(sorted(deps.items())), h,
                           res.num_cpus, res.num_gpus, target, drafter)
@@ -87,7 +90,7 @@ def build_plan(spec: ExperimentSpec, code_version: str) -> Plan:
                    inputs, target.name, drafter.name)
         add("select_depth", f"select_depth {pair}", {**names, "cost_ratio": spec.cost.cost_ratio},
             {"curve": curve, "cost": cost}, target.name, drafter.name)
-    return Plan(spec.content_hash(), code_version, tuple(jobs.values()))
+    return Plan(spec.content_hash(), version(None), tuple(jobs.values()))
 
 
 def _placement(kind: str, num_cpus: float, num_gpus: float) -> dict:

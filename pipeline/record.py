@@ -5,6 +5,7 @@ reused by later runs) only once everything about it has landed.
 """
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -72,9 +73,14 @@ def log_job(tracker: Tracker, run_id: str, job: Job, stored: dict) -> None:
             tracker.log_artifact(run_id, plot_speedup(choice, Path(tmp) / "speedup.png", _pair(job)))
 
 
+def metric_key(name: str, condition: str, temperature: float) -> str:
+    """'survival/template_bos/T0': MLflow keys allow letters, digits, _ - . space : / only."""
+    return f"{name}/{re.sub(r'[^A-Za-z0-9_.-]', '_', condition)}/T{temperature:g}"
+
+
 def curve_suffix(curve: Curve) -> str:
-    """'/template_no_bos/T0': tells a curve's metrics apart from other conditions' in MLflow."""
-    return f"/{curve.condition}/T{curve.temperature:g}"
+    """What tells a curve's metrics apart from other conditions' in MLflow ('/template_bos/T0')."""
+    return metric_key("", curve.condition, curve.temperature)
 
 
 def log_curve(tracker: Tracker, run_id: str, curve: Curve, suffix: str) -> None:
@@ -88,7 +94,7 @@ def log_diagnostics(tracker: Tracker, run_id: str, rows: list[dict]) -> None:
     """Per-depth drift diagnostics with step = depth; per-curve stream RMS at step 0."""
     series: dict[str, list[tuple[int, float]]] = {}
     for r in rows:
-        key = f"{r['name']}/{r['condition']}/T{r['temperature']:g}"
+        key = metric_key(r["name"], r["condition"], r["temperature"])
         series.setdefault(key, []).append((r["depth"], r["value"]))
     for key, points in series.items():
         tracker.log_series(run_id, key, points)

@@ -51,11 +51,15 @@ class BuiltinTarget(Strict):
 
     @model_validator(mode="after")
     def _heads_divide(self):
-        if self.hidden_size % self.heads:
-            raise ValueError(f"hidden_size {self.hidden_size} must be divisible by heads {self.heads}")
-        if (self.hidden_size // self.heads) % 2:
-            raise ValueError("hidden_size / heads must be even (rotary embeddings)")
-        return self
+        return _check_heads(self)
+
+
+def _check_heads(model):
+    if model.hidden_size % model.heads:
+        raise ValueError(f"hidden_size {model.hidden_size} must be divisible by heads {model.heads}")
+    if (model.hidden_size // model.heads) % 2:
+        raise ValueError("hidden_size / heads must be even (rotary embeddings)")
+    return model
 
 
 class Target(Strict):
@@ -124,6 +128,10 @@ class BuiltinStandalone(Strict):
     intermediate_size: int = Field(192, ge=16)
     train: TrainStandalone = TrainStandalone()
 
+    @model_validator(mode="after")
+    def _heads_divide(self):
+        return _check_heads(self)
+
 
 class StandaloneDrafter(Strict):
     """The classic draft/target pairing: an independent causal LM sharing the target's tokenizer."""
@@ -183,7 +191,7 @@ class Evaluation(Strict):
     max_depth: int = Field(6, ge=1, le=32)
     temperatures: list[Annotated[float, Field(ge=0.0, le=2.0)]] = Field([0.0], min_length=1)
     num_prompts: int = Field(32, ge=1)
-    prompt_len: int = Field(48, ge=4, description="prompt tokens (held-out text, or a chat turn up to the answer)")
+    prompt_len: int = Field(48, ge=8, description="prompt tokens (held-out text, or a chat turn up to the answer)")
     continuation_len: int = Field(32, ge=1, description="target-generated tokens; one chain starts at each")
     corpus: Corpus = "stdlib"
     conditions: list[Condition] = Field(["default"], min_length=1)

@@ -100,7 +100,19 @@ def test_batched_standalone_chains_equal_the_engine_proposer():
     seq = torch.randint(3, 50, (1, 20))
     starts = list(range(5, 14))
     drafts, _ = draft_chains_with_model(model, seq, starts, 4, 0.0, None)
-    for c in starts:
+    for n, c in enumerate(starts):
         proposer = ModelProposer(model)
         proposer.start(seq[0, : c + 2].tolist())
-        assert proposer.propose(4, 0.0, None)[0] == drafts[0, c].tolist(), c
+        assert proposer.propose(4, 0.0, None)[0] == drafts[n].tolist(), c
+    gaps = [5, 9, 16]  # chain starts need not be neighbours
+    sparse, _ = draft_chains_with_model(model, seq, gaps, 4, 0.0, None)
+    assert [sparse[n].tolist() for n in range(3)] == [drafts[starts.index(c)].tolist() for c in gaps[:2]] + [
+        engine_drafts(model, seq, 16)]
+
+
+def engine_drafts(model, seq, c):
+    from workers.engine import ModelProposer
+
+    proposer = ModelProposer(model)
+    proposer.start(seq[0, : c + 2].tolist())
+    return proposer.propose(4, 0.0, None)[0]

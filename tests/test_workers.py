@@ -66,10 +66,11 @@ def test_batched_drafting_equals_incremental_chain(tiny_target, tiny_drafters):
     seq = torch.cat([_prompt(tokenizer), torch.tensor([target_greedy(target, _prompt(tokenizer), 16)])], dim=1)
     for drafter, _ in tiny_drafters.values():
         streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)
-        drafts = draft_all_chains(drafter, seq, streams, 5, 0.0, None)[0]
-        for c in range(2, seq.shape[1] - 6):
+        starts = list(range(2, seq.shape[1] - 6))
+        drafts = draft_all_chains(drafter, seq, streams, 5, 0.0, None, starts)[0]
+        for n, c in enumerate(starts):
             chain = draft_chain(drafter, seq[:, : c + 2], [s[:, : c + 1] for s in streams], 5)
-            assert chain == drafts[0, c].tolist(), c
+            assert chain == drafts[n].tolist(), c
 
 
 def test_future_tokens_do_not_leak_into_drafts(tiny_target, tiny_drafters):
@@ -77,14 +78,27 @@ def test_future_tokens_do_not_leak_into_drafts(tiny_target, tiny_drafters):
     drafter, _ = tiny_drafters["post"]
     seq = torch.cat([_prompt(tokenizer), torch.tensor([target_greedy(target, _prompt(tokenizer), 12)])], dim=1)
     streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)
-    base = draft_all_chains(drafter, seq, streams, 3, 0.0, None)[0]
     cut = seq.shape[1] - 5
+    starts = list(range(0, cut - 2 - 3 + 1))  # chains whose drafts only read tokens before the cut
+    base = draft_all_chains(drafter, seq, streams, 3, 0.0, None, starts)[0]
     altered = seq.clone()
     altered[:, cut:] = (altered[:, cut:] + 7) % 300 + 3
     streams2, _ = target_pass(target, altered, drafter.cfg.capture_layers)
-    other = draft_all_chains(drafter, altered, streams2, 3, 0.0, None)[0]
-    last_safe = cut - 2 - 3  # chains whose drafts only read tokens before the cut
-    assert torch.equal(base[0, : last_safe + 1], other[0, : last_safe + 1])
+    other = draft_all_chains(drafter, altered, streams2, 3, 0.0, None, starts)[0]
+    assert torch.equal(base, other)
+
+
+def test_left_padded_verification_matches_one_chain_at_a_time(tiny_target):
+    from workers.measure import verify_chains
+
+    target, tokenizer, _ = tiny_target
+    seq = continue_text(target, _prompt(tokenizer), 20, 0.0, None)
+    starts = [3, 7, 8, 15]
+    drafts = torch.randint(3, 300, (len(starts), 4))
+    batched = verify_chains(target, seq, starts, drafts)
+    for n, c in enumerate(starts):
+        alone = target(input_ids=torch.cat([seq[:, : c + 2], drafts[n][None]], dim=1)).logits[0, c + 1 : c + 5]
+        assert torch.allclose(batched[n], alone, atol=1e-4), c
 
 
 def test_greedy_curve_matches_decoding_and_is_consistent(tiny_target, tiny_drafters):

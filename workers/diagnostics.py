@@ -37,13 +37,13 @@ class DriftStats:
 
     @torch.no_grad()
     def add(self, outs, streams, g0: torch.Tensor, starts: list[int]) -> None:
-        """outs: the drafter's StepOuts over one sequence ([1, T, ...]); starts: chain start positions."""
+        """outs: StepOuts over one sequence ([1, T, ...]) whose attention was kept at the chain rows
+        (forward_steps(rows=starts)); starts: chain start positions."""
         T = outs[0].logits.shape[1]
-        c = torch.tensor(starts)
+        c = torch.tensor(starts, device=outs[0].logits.device)
         for s, out in enumerate(outs[: self.depth]):
             i = c + s  # step s of the chain that started at c sits at position c + s
-            probs = out.probs[0].float()  # [H, T, T + s]
-            rows = probs[:, i]  # [H, n, T + s]
+            rows = out.probs[0].float()  # [H, n, T + s]: the rows of the chains' step s
             own = rows[:, torch.arange(len(starts)), i] if s == 0 else rows[..., T + s - 1]  # [H, n]
             entropy = -torch.special.xlogy(rows, rows).sum(-1)  # [H, n]
             self.sums["rms"][s] += _rms(out.chain[0, i]).sum().item()

@@ -23,7 +23,7 @@ from torch import nn
 class StepOut(NamedTuple):
     logits: torch.Tensor  # [B, T, V]
     chain: torch.Tensor  # [B, T, d] what the next step receives
-    probs: torch.Tensor  # [B, H, T, T + s]
+    probs: torch.Tensor  # [B, H, T (or the kept rows), T + s]
     picked: torch.Tensor | None  # [B, T] drafted tokens (drafting mode only)
 
 
@@ -170,7 +170,8 @@ class Eagle3Drafter(nn.Module):
         return normed if self.cfg.norm == "post" else h
 
     # ---- all chain steps over a whole sequence --------------------------------------------
-    def forward_steps(self, tokens: torch.Tensor, g0: torch.Tensor, num_steps: int, *, pick=None, noise=None):
+    def forward_steps(self, tokens: torch.Tensor, g0: torch.Tensor, num_steps: int, *, pick=None, noise=None,
+                      rows: torch.Tensor | None = None):
         """Unroll `num_steps` chain steps at every position.
 
         tokens: [B, T] token read at each position in step 0 (x_{i+1}); g0: [B, T, d] fused features.
@@ -178,6 +179,7 @@ class Eagle3Drafter(nn.Module):
               a function logits [B, T, n_out] -> target ids [B, T] = drafting: step s at
               position i reads the draft that step s-1 picked at position i-1.
         noise: optional perturbation of the embedding path and of the hidden path between steps.
+        rows: chain start positions whose attention to keep (step s keeps rows + s); all when None.
         Step s at position i continues the chain that started at c = i - s: it attends to step-0
         keys at positions <= c and to the chain's own keys (step s - (i - p) at position p > c).
         Returns one StepOut per step (logits [B, T, V], chain input [B, T, d] it hands on,
@@ -213,7 +215,8 @@ class Eagle3Drafter(nn.Module):
                 attn = attn + probs[..., T + j : T + j + 1] * v_sh
             h, logits, normed = self._finish(g, attn, gate)
             picked = pick(logits) if pick is not None else None
-            outs.append(StepOut(logits, self.chain_input(h, normed), probs, picked))
+            kept = probs if rows is None else probs[:, :, (rows + s).clamp(max=T - 1)]
+            outs.append(StepOut(logits, self.chain_input(h, normed), kept, picked))
             g = _shift_right(self.chain_input(h, normed), 1, dim=1)  # position i gets step s at i-1
             if picked is not None:
                 tok = _shift_right(picked, 1, dim=1)

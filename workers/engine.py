@@ -50,6 +50,8 @@ def accept_drafts(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | Non
 def generate(target, proposer, prompt: torch.Tensor, *, max_new: int, depth: int, temperature: float,
              gen: torch.Generator | None = None):
     """Decode max_new tokens after prompt ([1, P]). Returns (tokens, drafts accepted per target pass)."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1 (depth 0 is plain decoding), got {depth}")
     capture = proposer.capture
     logits, cache, streams = cached_forward_states(target, prompt, None, capture)
     y = int(sample(logits[0, -1].float(), temperature, gen))  # the first token is the target's own

@@ -28,6 +28,14 @@ def cached_forward_states(model, input_ids: torch.Tensor, cache=None, capture: t
     return out.logits, new_cache, streams
 
 
+@torch.no_grad()
+def last_logits(model, input_ids, attention_mask, position_ids, keep: int) -> torch.Tensor:
+    """Logits of the last `keep` positions only (all of them on models without logits_to_keep)."""
+    extra = {"logits_to_keep": keep} if "logits_to_keep" in inspect.signature(type(model).forward).parameters else {}
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **extra)
+    return out.logits[:, -keep:]
+
+
 _CACHE_KWARG: dict[type, str] = {}
 
 

@@ -14,7 +14,7 @@ import torch
 from pipeline.acceptance import curve_from_accepted, curve_from_sampled
 from pipeline.types import Curve
 from workers.diagnostics import DriftStats
-from workers.features import cached_forward_states, target_pass
+from workers.features import cached_forward_states, last_logits, target_pass
 from workers.noise import Noise, parse_noise
 from workers.prompts import build_prompts
 from workers.sampling import sample
@@ -33,42 +33,45 @@ def continue_text(target, ids: torch.Tensor, n_new: int, temperature: float, gen
 
 
 @torch.no_grad()
-def draft_all_chains(drafter, seqs: torch.Tensor, streams, depth: int, temperature: float, gen, noise=None):
-    """Draft `depth` tokens for a chain starting at every position, in `depth` drafter passes.
+def draft_all_chains(drafter, seqs: torch.Tensor, streams, depth: int, temperature: float, gen, starts: list[int],
+                     noise=None):
+    """Draft `depth` tokens for the chains starting at `starts`, in `depth` drafter passes.
 
-    seqs: [B, L]; streams: the target's captured states for seqs. Returns drafts [B, L-1, depth]
-    (chain c's j-th draft at [:, c, j-1]), the drafter's target-vocabulary logits for them
-    [B, L-1, depth, V], the StepOuts and the fused input. Chains that would run past the end
-    of seqs hold meaningless entries; callers skip them.
+    seqs: [1, L]; streams: the target's captured states for seqs. Every position drafts (one
+    pass serves every chain); only the chains at `starts` are returned: drafts [N, depth],
+    their target-vocabulary logits [N, depth, V], the StepOuts (attention kept at the chain
+    rows only) and the fused input.
     """
     g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
-    outs = drafter.forward_steps(seqs[:, 1:], g0, depth, noise=noise,
+    c = torch.tensor(starts, device=seqs.device)
+    outs = drafter.forward_steps(seqs[:, 1:], g0, depth, noise=noise, rows=c,
                                  pick=lambda lg: sample(drafter.full_logits(lg.float()), temperature, gen))
-    # step s at position i belongs to the chain that started at c = i - s: align on c
-    drafts = torch.stack([torch.roll(o.picked, -s, dims=1) for s, o in enumerate(outs)], dim=2)
-    logits = torch.stack([torch.roll(drafter.full_logits(o.logits.float()), -s, dims=1)
-                          for s, o in enumerate(outs)], dim=2)
+    # step s of the chain that started at c sits at position c + s
+    drafts = torch.stack([o.picked[0, c + s] for s, o in enumerate(outs)], dim=1)
+    logits = torch.stack([drafter.full_logits(o.logits[0, c + s].float()) for s, o in enumerate(outs)], dim=1)
     return drafts, logits, outs, g0
 
 
 @torch.no_grad()
 def draft_chains_with_model(model, seq: torch.Tensor, starts: list[int], depth: int, temperature: float, gen):
-    """A standalone draft model drafts every chain from its own KV cache. seq: [1, L].
+    """A standalone draft model drafts each chain from its own KV cache. seq: [1, L].
 
-    Returns drafts [1, L-1, depth] and target-vocabulary logits [1, L-1, depth, V] (filled at starts).
+    starts must increase; the shared cache grows by the real tokens between them. Returns
+    drafts [N, depth] and target-vocabulary logits [N, depth, V].
     """
-    L, V = seq.shape[1], model.get_output_embeddings().weight.shape[0]
-    drafts = torch.zeros(1, L - 1, depth, dtype=torch.long, device=seq.device)
-    logits = torch.zeros(1, L - 1, depth, V, device=seq.device)
-    prefix = torch.stack([seq[0, : starts[0] + 2]])
-    out, cache, _ = cached_forward_states(model, prefix)
-    for c in starts:  # one chain at a time: each extends the shared prefix cache, then drafts
-        if c > starts[0]:
-            out, cache, _ = cached_forward_states(model, seq[:, c + 1 : c + 2], cache)
+    if any(b <= a for a, b in zip(starts, starts[1:])):
+        raise ValueError("chain starts must increase")
+    V = model.get_output_embeddings().weight.shape[0]
+    drafts = torch.zeros(len(starts), depth, dtype=torch.long, device=seq.device)
+    logits = torch.zeros(len(starts), depth, V, device=seq.device)
+    out, cache, _ = cached_forward_states(model, seq[:, : starts[0] + 2])
+    for n, c in enumerate(starts):  # each chain extends the shared prefix cache, then drafts
+        if n > 0:
+            out, cache, _ = cached_forward_states(model, seq[:, starts[n - 1] + 2 : c + 2], cache)
         lg, chain_cache = out[:, -1].float(), cache
         for j in range(depth):
             tok = sample(lg, temperature, gen)
-            drafts[0, c, j], logits[0, c, j] = tok[0], lg[0]
+            drafts[n, j], logits[n, j] = tok[0], lg[0]
             if j < depth - 1:
                 step, chain_cache, _ = cached_forward_states(model, tok[:, None], chain_cache)
                 lg = step[:, -1].float()
@@ -78,22 +81,32 @@ def draft_chains_with_model(model, seq: torch.Tensor, starts: list[int], depth: 
 
 
 @torch.no_grad()
-def verify_chains(target, seq: torch.Tensor, starts: list[int], drafts: torch.Tensor, batch_size: int = 64):
-    """ONE target pass per chain over seq[:c+2] + drafts. seq: [1, L]. Returns target logits
-    [N, depth, V] at the positions that score drafts 1..depth (position c+j scores draft j)."""
+def verify_chains(target, seq: torch.Tensor, starts: list[int], drafts: torch.Tensor, max_tokens: int = 16384):
+    """ONE target pass per chain over seq[:c+2] + its drafts. seq: [1, L], drafts: [N, depth].
+
+    Chains are left-padded (attention mask and positions keep the padding out) so the scored
+    positions come last and only their logits are computed. Returns target logits [N, depth, V]:
+    entry j scores draft j+1.
+    """
     depth = drafts.shape[-1]
     out = []
-    for lo in range(0, len(starts), batch_size):
-        chunk = starts[lo : lo + batch_size]
-        width = max(chunk) + 2 + depth
-        batch = torch.zeros(len(chunk), width, dtype=torch.long, device=seq.device)
-        for r, c in enumerate(chunk):
-            # right padding: causal attention keeps the pads out of every scored position
-            batch[r, : c + 2] = seq[0, : c + 2]
-            batch[r, c + 2 : c + 2 + depth] = drafts[0, c]
-        logits = target(input_ids=batch, use_cache=False).logits.float()
-        idx = torch.tensor([[c + j for j in range(1, depth + 1)] for c in chunk], device=seq.device)
-        out.append(torch.gather(logits, 1, idx[..., None].expand(-1, -1, logits.shape[-1])))
+    lo = 0
+    while lo < len(starts):
+        width = starts[lo] + 2 + depth
+        hi = lo + 1
+        while hi < len(starts) and (hi - lo + 1) * (starts[hi] + 2 + depth) <= max_tokens:
+            hi += 1
+        width = starts[hi - 1] + 2 + depth
+        ids = torch.zeros(hi - lo, width, dtype=torch.long, device=seq.device)
+        mask = torch.zeros(hi - lo, width, dtype=torch.long, device=seq.device)
+        for r, n in enumerate(range(lo, hi)):
+            c = starts[n]
+            row = torch.cat([seq[0, : c + 2], drafts[n]])
+            ids[r, width - row.numel():], mask[r, width - row.numel():] = row, 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = last_logits(target, ids, mask, positions, depth + 1)  # [n, depth + 1, V]
+        out.append(logits[:, :depth].float())
+        lo = hi
     return torch.cat(out)
 
 
@@ -122,18 +135,17 @@ def _measure(target, drafter, prompts, evaluation, condition, temp, gen, standal
         seq = continue_text(target, prompt[None].to(device), n_cont + depth, temp, gen)  # [1, P + G + K]
         starts = list(range(p_len - 1, p_len - 1 + n_cont))  # chain c starts after target token c+1
         if standalone:
-            drafts, q_logits = draft_chains_with_model(drafter, seq, starts, depth, temp, gen)
+            chain_drafts, q_logits = draft_chains_with_model(drafter, seq, starts, depth, temp, gen)
         else:
             streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)
-            drafts, q_logits, outs, g0 = draft_all_chains(drafter, seq, streams, depth, temp, gen, noise)
+            chain_drafts, q_logits, outs, g0 = draft_all_chains(drafter, seq, streams, depth, temp, gen, starts, noise)
             stats.add(outs, streams, g0, starts)
-        p_logits = verify_chains(target, seq, starts, drafts)  # [N, K, V]
-        chain_drafts = drafts[0, starts]  # [N, K]
+        p_logits = verify_chains(target, seq, starts, chain_drafts)  # [N, K, V]
         if temp == 0:
             ok = (p_logits.argmax(-1) == chain_drafts).int()
             accepted += ok.cumprod(dim=1).sum(dim=1).tolist()
             continue
-        q = torch.softmax(q_logits[0, starts] / temp, dim=-1)  # [N, K, V]
+        q = torch.softmax(q_logits / temp, dim=-1)  # [N, K, V]
         p = torch.softmax(p_logits / temp, dim=-1)
         alphas += torch.minimum(p, q).sum(-1).clamp(max=1.0).tolist()
         picked = chain_drafts[..., None]

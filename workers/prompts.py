@@ -7,9 +7,12 @@ perturb the drafter instead (workers/noise.py).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from workers.chat import render, samples
+from workers.chat import samples
+from workers.chat_format import chat_ids
 from workers.tokenizer import token_stream
 
 ANSWER_PREFIX = 4  # tokens of the reference answer kept in a chat prompt, so the target is mid-answer
@@ -39,6 +42,8 @@ def build_prompts(tokenizer, *, corpus: str, condition: str, num_prompts: int, p
     if fmt == "long_context":
         return [_long_chat(tokenizer, pool, i, long_context_len) for i in chosen]
     template, bos = FORMATS[fmt]
+    if bos and tokenizer.bos_token_id is None:
+        raise ValueError(f"condition '{condition}' starts prompts with BOS, but this tokenizer has no BOS token")
     return [_chat_prompt(tokenizer, pool[i], template=template, bos=bos, max_len=prompt_len) for i in chosen]
 
 
@@ -52,9 +57,16 @@ def _ids(tokenizer, text: str) -> list[int]:
 
 
 def _chat_prompt(tokenizer, sample, *, template: bool, bos: bool, max_len: int) -> torch.Tensor:
-    head = _ids(tokenizer, render(sample, template=template, answer=False))
+    """[BOS] + the turns up to the assistant's answer + its first ANSWER_PREFIX tokens, <= max_len."""
     answer = _ids(tokenizer, sample.answer)[:ANSWER_PREFIX]
-    head = head[-(max_len - ANSWER_PREFIX - 1):]  # a long question keeps its end, next to the answer
+    room = max_len - len(answer) - int(bos)
+    head = chat_ids(tokenizer, sample, template=template, answer=False)
+    if len(head) > room:  # shorten the question, never the template around it
+        cut = dataclasses.replace(sample, question="")
+        frame = len(chat_ids(tokenizer, cut, template=template, answer=False))
+        words = _ids(tokenizer, sample.question)[: max(0, room - frame)]
+        head = chat_ids(tokenizer, dataclasses.replace(sample, question=tokenizer.decode(words)),
+                        template=template, answer=False)[:room]
     ids = ([tokenizer.bos_token_id] if bos else []) + head + answer
     return torch.tensor(ids, dtype=torch.long)
 
@@ -66,7 +78,9 @@ def _long_chat(tokenizer, pool, index: int, min_len: int) -> torch.Tensor:
     j = index
     while len(history) + last.numel() + 1 < min_len:
         j = (j + 7919) % len(pool)  # a fixed stride through the held-out pool: other questions
-        history = _ids(tokenizer, render(pool[j]) + "\n") + history
+        history = chat_ids(tokenizer, pool[j], template=True, answer=True) + history
+    if tokenizer.bos_token_id is None:
+        raise ValueError("condition 'long_context' starts prompts with BOS, but this tokenizer has no BOS token")
     ids = [tokenizer.bos_token_id] + history + last.tolist()
     return torch.tensor(ids, dtype=torch.long)
 

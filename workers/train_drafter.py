@@ -77,6 +77,15 @@ def ttt_loss(drafter: Eagle3Drafter, streams, target_logits, input_ids, ttt_dept
     return total, agree
 
 
+def _stream(tokenizer, corpus: str, split: str, max_chars: int) -> torch.Tensor:
+    """Training text in the target's own format: its chat template when it has one."""
+    if corpus == "chat":
+        from workers.chat_format import chat_stream
+
+        return chat_stream(tokenizer, split, max_chars)
+    return token_stream(tokenizer, corpus, split, max_chars=max_chars)
+
+
 def most_frequent(stream: torch.Tensor, vocab: int, n: int) -> torch.Tensor:
     """The n most frequent token ids of a stream, sorted by id (the draft vocabulary)."""
     counts = torch.bincount(stream, minlength=vocab)
@@ -90,10 +99,11 @@ def train_drafter(*, target, tokenizer, variant: dict, train: dict, seed: int, d
                              attention=variant.get("attention", "standard"), draft_vocab=variant.get("draft_vocab"),
                              capture=variant.get("capture_layers"))
     chars = max(300_000, train["steps"] * train["batch_size"] * train["seq_len"] * 4)
-    stream = token_stream(tokenizer, train["corpus"], "train", max_chars=chars)
+    stream = _stream(tokenizer, train["corpus"], "train", chars)
     draft_ids = most_frequent(stream, cfg.vocab_size, cfg.draft_vocab) if cfg.draft_vocab else None
     drafter = drafter_from_target(target, cfg, draft_ids).to(device)
-    val = token_stream(tokenizer, train["corpus"], "heldout", max_chars=200_000)
+    val = _stream(tokenizer, train["corpus"], "heldout", 200_000)
+    aligned = train["corpus"] == "chat"  # chat windows start at a sample's BOS, as the target saw them
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=train["lr"], weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
@@ -104,7 +114,7 @@ def train_drafter(*, target, tokenizer, variant: dict, train: dict, seed: int, d
         lr = train["lr"] * (min(1.0, (step + 1) / 10) * 0.5 * (1 + math.cos(math.pi * step / steps)))
         for group in opt.param_groups:
             group["lr"] = lr
-        ids = sample_windows(stream, train["batch_size"], train["seq_len"], bos, gen).to(device)
+        ids = sample_windows(stream, train["batch_size"], train["seq_len"], bos, gen, aligned).to(device)
         streams, logits = target_pass(target, ids, cfg.capture_layers)
         loss, _ = ttt_loss(drafter, streams, logits, ids, train["ttt_depth"])
         opt.zero_grad(set_to_none=True)
@@ -117,7 +127,7 @@ def train_drafter(*, target, tokenizer, variant: dict, train: dict, seed: int, d
     seconds = time.perf_counter() - t0
     drafter.eval()
     with torch.no_grad():
-        ids = sample_windows(val, 16, train["seq_len"], bos, gen).to(device)
+        ids = sample_windows(val, 16, train["seq_len"], bos, gen, aligned).to(device)
         streams, logits = target_pass(target, ids, cfg.capture_layers)
         val_loss, agree = ttt_loss(drafter, streams, logits, ids, train["ttt_depth"])
     metrics = {"train_loss": loss_v, "val_loss": val_loss.item(), "train_seconds": seconds}
