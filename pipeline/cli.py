@@ -209,13 +209,13 @@ def drift(
     for name in ("rms", "sink_attn", "recent_attn", "attn_entropy"):
         values = findings.by_depth(diags, name=name, condition=condition, temperature=t0)
         if values:
-            out.print(findings.markdown_depth_table(values, f"{name} ({condition}, T={t0:g})") + "\n", markup=False)
+            out.print(findings.markdown_depth_table(values, f"{name} ({condition}, T={t0:g})") + "\n", markup=False, soft_wrap=True)
     values = findings.by_depth(curves, name="cond_accept", condition=condition, temperature=t0)
-    out.print(findings.markdown_depth_table(values, f"cond_accept ({condition}, T={t0:g})") + "\n", markup=False)
+    out.print(findings.markdown_depth_table(values, f"cond_accept ({condition}, T={t0:g})") + "\n", markup=False, soft_wrap=True)
     for temperature in sorted({r["temperature"] for r in curves}):
         table = findings.accept_len_by_condition(curves, temperature=temperature, depth=depth)
-        out.print(f"accept_len({depth}) by condition, T={temperature:g}, change against {conditions[0]}:", markup=False)
-        out.print(findings.markdown_condition_table(table, conditions, conditions[0]) + "\n", markup=False)
+        out.print(f"accept_len({depth}) by condition, T={temperature:g}, change against {conditions[0]}:", markup=False, soft_wrap=True)
+        out.print(findings.markdown_condition_table(table, conditions, conditions[0]) + "\n", markup=False, soft_wrap=True)
     if plot is not None:
         temperature = min(r["temperature"] for r in curves)
         findings.plot_findings(curves, diags, condition=condition, temperature=temperature, path=plot,
