@@ -67,3 +67,13 @@ def test_corrupt_drafter_checkpoint_names_the_file(tiny_drafters):
     wrong = {**files, "config.json": json.dumps({**cfg, "fc_norm": not cfg["fc_norm"]}).encode()}
     with pytest.raises(RuntimeError, match="do not match"):
         load_drafter(wrong, device="cpu", dtype=torch.float32)
+
+
+def test_standalone_drafter_from_a_local_hf_folder(hf_folder):
+    """The classic pairing with a downloaded draft model: here the same tiny Llama as the target."""
+    evaluation = {"max_depth": 3, "temperatures": [0.0], "num_prompts": 2, "prompt_len": 12,
+                  "continuation_len": 4, "corpus": "pydoc", "conditions": ["default"], "long_context_len": 64}
+    config = {"dtype": "float32", "target_hf": hf_folder, "drafter_hf": hf_folder, "drafter_kind": "standalone",
+              "evaluation": evaluation, "seed": 0}
+    curve = run_job("measure_curve", config, {}, num_cpus=1, num_gpus=0)["curves"][0]
+    assert curve["accept_len"][-1] == 4.0  # a draft model identical to the target accepts every draft
