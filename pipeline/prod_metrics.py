@@ -1,0 +1,115 @@
+"""Production acceptance from a vLLM Prometheus exposition (REFERENCE.md section 4).
+
+vLLM counts, per served model, the drafts it verified (`num_drafts`), the drafted tokens, the
+accepted tokens and the accepted tokens per draft position. Two scrapes give a window;
+`survival[j] = accepted_per_pos[j-1] / num_drafts` over that window. Bad or partial input
+(missing positions, counters that went backwards, no drafts) is refused with a clear message.
+"""
+from __future__ import annotations
+
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from pipeline.acceptance import accept_len_from_survival, cond_from_survival
+from pipeline.errors import UserError
+from pipeline.types import Curve
+
+PREFIX = "vllm:spec_decode_"
+COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+
+
+@dataclass(frozen=True)
+class SpecDecodeCounters:
+    model_name: str | None
+    num_drafts: float
+    num_draft_tokens: float
+    num_accepted_tokens: float
+    accepted_per_pos: tuple[float, ...]  # index i = draft position i (0-based)
+
+
+def read_source(source: str, timeout_s: float = 10.0) -> str:
+    """The exposition text of a file path or an http(s) URL."""
+    if source.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(source, timeout=timeout_s) as resp:  # noqa: S310 (user-given URL)
+                return resp.read().decode("utf-8")
+        except OSError as exc:
+            raise UserError(f"--from-metrics: cannot read {source}: {exc}") from None
+    path = Path(source)
+    if not path.is_file():
+        raise UserError(f"--from-metrics: no such file {source}")
+    return path.read_text(encoding="utf-8")
+
+
+def parse_counters(text: str, model_name: str | None = None) -> SpecDecodeCounters:
+    """Sum the spec-decode counters over engines for one model (the only one when not given)."""
+    totals: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    models: set[str] = set()
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:
+        raise UserError(f"--from-metrics: not a Prometheus text exposition ({exc})") from None
+    for family in families:
+        for sample in family.samples:
+            name = sample.name.removesuffix("_total")
+            if not name.startswith(PREFIX) or sample.name.endswith("_created"):
+                continue
+            model = sample.labels.get("model_name")
+            models.add(model)
+            if model_name is not None and model != model_name:
+                continue
+            key = name.removeprefix(PREFIX)
+            if key == "num_accepted_tokens_per_pos":
+                pos = int(sample.labels["position"])
+                per_pos[pos] = per_pos.get(pos, 0.0) + sample.value
+            elif key in COUNTERS:
+                totals[key] = totals.get(key, 0.0) + sample.value
+    if model_name is None and len(models) > 1:
+        raise UserError(f"--from-metrics: several models in the metrics ({sorted(m or '' for m in models)}); "
+                        "name one with --model")
+    missing = [c for c in COUNTERS if c not in totals]
+    if missing:
+        raise UserError(f"--from-metrics: no vllm:spec_decode_{missing[0]}_total counter "
+                        "(is speculative decoding enabled on this server?)")
+    if not per_pos:
+        raise UserError("--from-metrics: no vllm:spec_decode_num_accepted_tokens_per_pos_total counters")
+    gaps = sorted(set(range(max(per_pos) + 1)) - set(per_pos))
+    if gaps:
+        raise UserError(f"--from-metrics: accepted-per-position counters missing for positions {gaps}")
+    name = model_name if model_name is not None else next(iter(models))
+    return SpecDecodeCounters(name, totals["num_drafts"], totals["num_draft_tokens"], totals["num_accepted_tokens"],
+                              tuple(per_pos[i] for i in range(len(per_pos))))
+
+
+def window(before: SpecDecodeCounters, after: SpecDecodeCounters) -> SpecDecodeCounters:
+    """What happened between two scrapes; a counter that went backwards means a restart."""
+    if len(before.accepted_per_pos) != len(after.accepted_per_pos):
+        raise UserError("--from-metrics: the two scrapes have different numbers of draft positions")
+    pairs = [(c, getattr(before, c), getattr(after, c)) for c in COUNTERS]
+    pairs += [(f"accepted_per_pos[{i}]", a, b)
+              for i, (a, b) in enumerate(zip(before.accepted_per_pos, after.accepted_per_pos))]
+    for name, a, b in pairs:
+        if b < a:
+            raise UserError(f"--from-metrics: counter {name} went backwards ({a:g} -> {b:g}): the server "
+                            "restarted between the scrapes; take both after the restart")
+    return SpecDecodeCounters(
+        after.model_name, *(b - a for _, a, b in pairs[: len(COUNTERS)]),
+        tuple(b - a for _, a, b in pairs[len(COUNTERS):]),
+    )
+
+
+def production_curve(counters: SpecDecodeCounters, *, temperature: float, condition: str = "production") -> Curve:
+    """The acceptance curve the counters imply (pooled over every verified draft)."""
+    if counters.num_drafts <= 0:
+        raise UserError("--from-metrics: no drafts were verified in this window (num_drafts = 0)")
+    survival = [a / counters.num_drafts for a in counters.accepted_per_pos]
+    if any(s > 1.0 + 1e-9 for s in survival) or any(b > a + 1e-9 for a, b in zip(survival, survival[1:])):
+        raise UserError("--from-metrics: accepted-per-position counts are inconsistent "
+                        "(survival must fall with position and stay <= 1)")
+    return Curve(condition=condition, temperature=temperature, num_chains=int(counters.num_drafts),
+                 cond_accept=tuple(cond_from_survival(survival)), survival=tuple(survival),
+                 accept_len=tuple(accept_len_from_survival(survival)))
