@@ -4,6 +4,7 @@ No torch, Ray, MLflow or SQL here: these functions are tested exactly against cl
 """
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
 from pipeline.types import Curve, DepthChoice
@@ -105,16 +106,52 @@ def _curve(survival: list[float], n: int, condition: str, temperature: float) ->
     )
 
 
-def choose_depth(curve: Curve, cost_ratio: float) -> DepthChoice:
-    """The k in 0..max_depth with the highest predicted speedup (the smaller k on a tie)."""
+def bootstrap_accept_len(per_prompt: Sequence[Sequence[float]], *, n_boot: int, seed: int) -> list[list[float]]:
+    """accept_len(k) for k = 0..K on `n_boot` resamples of the prompts (with replacement).
+
+    per_prompt rows are [chains, sum of survival[1], ..., sum of survival[K]] for one prompt, so a
+    resample pools exactly as the measured curve does.
+    """
+    rng = random.Random(seed)
+    n = len(per_prompt)
+    out = []
+    for _ in range(n_boot):
+        rows = [per_prompt[rng.randrange(n)] for _ in range(n)]
+        chains = sum(r[0] for r in rows)
+        survival = [sum(r[j] for r in rows) / chains for j in range(1, len(rows[0]))]
+        out.append(accept_len_from_survival(survival))
+    return out
+
+
+def choose_depth(curve: Curve, cost_ratio: float, *, per_prompt=None, seed: int = 0, n_boot: int = 1000,
+                 level: float = 0.9) -> DepthChoice:
+    """The k in 0..max_depth with the highest predicted speedup (the smaller k on a tie).
+
+    With per-prompt data, depths whose speedup is within noise of the best (the bootstrap
+    interval of their paired difference to the best contains 0) count as equal, and the
+    smallest of them is chosen: a smaller depth wastes less when acceptance falls.
+    """
     if cost_ratio <= 0:
         raise ValueError(f"cost_ratio must be > 0, got {cost_ratio}")
     speedups = curve_speedup(curve.accept_len, cost_ratio)
     best = max(range(len(speedups)), key=lambda k: (speedups[k], -k))
+    chosen, ci = best, None
+    if per_prompt:
+        boots = bootstrap_accept_len(per_prompt, n_boot=n_boot, seed=seed)
+        tail = (1.0 - level) / 2
+        for k in range(best):
+            diffs = sorted(b[best] / (best * cost_ratio + 1) - b[k] / (k * cost_ratio + 1) for b in boots)
+            if diffs[int(tail * (n_boot - 1))] <= 0.0:  # the interval of the difference reaches 0
+                chosen = k
+                break
+        values = sorted(b[chosen] for b in boots)
+        ci = (values[int(tail * (n_boot - 1))], values[int((1 - tail) * (n_boot - 1))])
     return DepthChoice(
-        depth=best,
-        accept_len=curve.accept_len[best],
-        speedup=speedups[best],
+        depth=chosen,
+        accept_len=curve.accept_len[chosen],
+        speedup=speedups[chosen],
         cost_ratio=cost_ratio,
         speedups=tuple(speedups),
+        best_point=best,
+        accept_len_ci=ci,
     )

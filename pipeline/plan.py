@@ -88,7 +88,7 @@ def build_plan(spec: ExperimentSpec, code_version: Callable[[str | None], str] |
                    {**source, "cost": spec.cost.model_dump(mode="json", exclude={"cost_ratio"}),
                     "max_depth": spec.evaluation.max_depth, "seed": spec.seed},
                    inputs, target.name, drafter.name)
-        add("select_depth", f"select_depth {pair}", {**names, "cost_ratio": spec.cost.cost_ratio},
+        add("select_depth", f"select_depth {pair}", {**names, "cost_ratio": spec.cost.cost_ratio, "seed": spec.seed},
             {"curve": curve, "cost": cost}, target.name, drafter.name)
     return Plan(spec.content_hash(), version(None), tuple(jobs.values()))
 

@@ -70,6 +70,10 @@ def log_job(tracker: Tracker, run_id: str, job: Job, stored: dict) -> None:
             tracker.log_series(run_id, "speedup", list(enumerate(choice.speedups)))
             tracker.log_metrics(run_id, {"depth": choice.depth, "accept_len": choice.accept_len,
                                          "best_speedup": choice.speedup, "cost_ratio": choice.cost_ratio})
+            if choice.accept_len_ci is not None:
+                tracker.log_metrics(run_id, {"accept_len_lo": choice.accept_len_ci[0],
+                                             "accept_len_hi": choice.accept_len_ci[1],
+                                             "best_point_depth": choice.best_point})
             tracker.log_artifact(run_id, plot_speedup(choice, Path(tmp) / "speedup.png", _pair(job)))
 
 

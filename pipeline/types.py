@@ -77,16 +77,21 @@ class DepthChoice:
     speedup: float
     cost_ratio: float
     speedups: tuple[float, ...]  # predicted speedup at every k = 0..max_depth
+    best_point: int | None = None  # the k with the highest point estimate (depth may be smaller: noise)
+    accept_len_ci: tuple[float, float] | None = None  # bootstrap interval of accept_len at `depth`
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "DepthChoice":
+        ci = d.get("accept_len_ci")
         return cls(
             depth=int(d["depth"]),
             accept_len=float(d["accept_len"]),
             speedup=float(d["speedup"]),
             cost_ratio=float(d["cost_ratio"]),
             speedups=tuple(float(x) for x in d["speedups"]),
+            best_point=d.get("best_point"),
+            accept_len_ci=(float(ci[0]), float(ci[1])) if ci else None,
         )

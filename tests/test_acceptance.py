@@ -93,3 +93,41 @@ def test_curve_from_sampled_is_unbiased_on_a_two_token_example():
 def test_cond_from_survival_round_trip():
     cond = [0.9, 0.7, 0.0, 0.5]
     assert cond_from_survival(survival_from_cond(cond)) == pytest.approx([0.9, 0.7, 0.0, 0.0])
+
+
+def _per_prompt(accepted_by_prompt, depth):
+    rows = []
+    for accepted in accepted_by_prompt:
+        c = curve_from_accepted(accepted, depth, condition="default", temperature=0.0)
+        rows.append([len(accepted), *(s * len(accepted) for s in c.survival)])
+    return rows
+
+
+def test_bootstrap_interval_covers_the_pooled_value_and_tightens_with_data():
+    from pipeline.acceptance import bootstrap_accept_len
+
+    prompts = [[0, 1, 2, 3, 3], [1, 1, 0, 2, 3], [3, 3, 3, 2, 1], [0, 0, 1, 0, 2]]
+    pooled = curve_from_accepted([a for p in prompts for a in p], 3, condition="default", temperature=0.0)
+    boots = bootstrap_accept_len(_per_prompt(prompts, 3), n_boot=400, seed=1)
+    values = sorted(b[3] for b in boots)
+    assert values[20] <= pooled.accept_len[3] <= values[379]
+    wide = values[379] - values[20]
+    more = bootstrap_accept_len(_per_prompt(prompts * 25, 3), n_boot=400, seed=1)
+    tight = sorted(b[3] for b in more)
+    assert tight[379] - tight[20] < wide / 2  # 25x the prompts: about a fifth of the width
+
+
+def test_choose_depth_prefers_the_smaller_depth_within_noise():
+    # k=3 beats k=2 by a hair on the point estimate, but the prompts disagree wildly
+    prompts = [[3, 3, 0, 0], [2, 2, 2, 2], [3, 0, 3, 0], [1, 3, 2, 3]]
+    rows = _per_prompt(prompts, 3)
+    curve = curve_from_accepted([a for p in prompts for a in p], 3, condition="default", temperature=0.0)
+    plain = choose_depth(curve, 0.05)
+    noisy = choose_depth(curve, 0.05, per_prompt=rows, seed=0)
+    assert plain.depth == 3 and noisy.best_point == 3
+    assert noisy.depth < 3 and noisy.accept_len_ci[0] <= noisy.accept_len <= noisy.accept_len_ci[1]
+    # with clear data the best depth stands
+    clear = [[3, 3, 3, 3]] * 40
+    sure = choose_depth(curve_from_accepted([3] * 160, 3, condition="default", temperature=0.0), 0.05,
+                        per_prompt=_per_prompt(clear, 3), seed=0)
+    assert sure.depth == 3 and sure.accept_len_ci == (4.0, 4.0)

@@ -12,7 +12,12 @@ EVAL = dict(max_depth=4, temperatures=[0.0], num_prompts=6, prompt_len=20, conti
 
 
 def measure_curve(**kwargs):
-    (curve, _), = measure_curves(**kwargs)
+    (curve, _, per_prompt), = measure_curves(**kwargs)
+    # the per-prompt sums add up to the pooled curve
+    chains = sum(p[0] for p in per_prompt)
+    assert chains == curve.num_chains
+    for j, s in enumerate(curve.survival):
+        assert abs(sum(p[1 + j] for p in per_prompt) / chains - s) < 1e-9
     return curve
 
 

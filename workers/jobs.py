@@ -70,11 +70,12 @@ def measure_curve(config: dict, inputs: dict, *, num_gpus: float, progress) -> d
     results = measure_curves(target=target, drafter=drafter, tokenizer=tokenizer, evaluation=config["evaluation"],
                              seed=config["seed"], standalone=config.get("drafter_kind") == "standalone")
     return {
-        "curves": [curve.to_dict() for curve, _ in results],
+        "curves": [curve.to_dict() for curve, _, _ in results],
+        "per_prompt": [prompts for _, _, prompts in results],  # aligned with curves; for bootstrap intervals
         "diagnostics": [
             {"condition": curve.condition, "temperature": curve.temperature, "depth": depth, "name": name,
              "value": value}
-            for curve, rows in results for depth, name, value in rows
+            for curve, rows, _ in results for depth, name, value in rows
         ],
     }
 
@@ -94,9 +95,10 @@ def profile_cost(config: dict, inputs: dict, *, num_gpus: float, progress) -> di
 def select_depth(config: dict, inputs: dict, *, num_gpus: float, progress) -> dict:
     """The depth for the primary curve: the spec's first condition at its first temperature."""
     curve = Curve.from_dict(inputs["curve"]["curves"][0])
+    per_prompt = inputs["curve"].get("per_prompt", [[]])[0]
     cost = CostProfile.from_dict(inputs["cost"]["cost"])
     ratio = config["cost_ratio"] if config["cost_ratio"] is not None else cost.cost_ratio
-    choice = choose_depth(curve, ratio)
+    choice = choose_depth(curve, ratio, per_prompt=per_prompt or None, seed=config.get("seed", 0))
     return {"choice": choice.to_dict(), "hardware": cost.hardware, "condition": curve.condition,
             "temperature": curve.temperature}
 

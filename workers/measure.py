@@ -111,7 +111,7 @@ def verify_chains(target, seq: torch.Tensor, starts: list[int], drafts: torch.Te
 
 
 def measure_curves(*, target, drafter, tokenizer, evaluation: dict, seed: int, standalone: bool = False):
-    """One (Curve, diagnostics rows) per (condition, temperature) of the evaluation block."""
+    """One (Curve, diagnostics rows, per-prompt survival sums) per (condition, temperature)."""
     results = []
     for condition in evaluation["conditions"]:
         prompts = build_prompts(tokenizer, corpus=evaluation["corpus"], condition=condition,
@@ -130,6 +130,7 @@ def _measure(target, drafter, prompts, evaluation, condition, temp, gen, standal
     noise = Noise(*noise_spec, gen) if noise_spec else None
     stats = None if standalone else DriftStats(depth)
     accepted, ratios, alphas = [], [], []
+    per_prompt = []  # [chains, sum of survival[1..K]] per prompt: what a bootstrap over prompts resamples
     for prompt in prompts:
         p_len = prompt.numel()
         seq = continue_text(target, prompt[None].to(device), n_cont + depth, temp, gen)  # [1, P + G + K]
@@ -143,15 +144,22 @@ def _measure(target, drafter, prompts, evaluation, condition, temp, gen, standal
         p_logits = verify_chains(target, seq, starts, chain_drafts)  # [N, K, V]
         if temp == 0:
             ok = (p_logits.argmax(-1) == chain_drafts).int()
-            accepted += ok.cumprod(dim=1).sum(dim=1).tolist()
+            mine = ok.cumprod(dim=1).sum(dim=1).tolist()
+            accepted += mine
+            one = curve_from_accepted(mine, depth, condition=condition, temperature=temp)
+            per_prompt.append([len(mine), *(x * len(mine) for x in one.survival)])
             continue
         q = torch.softmax(q_logits / temp, dim=-1)  # [N, K, V]
         p = torch.softmax(p_logits / temp, dim=-1)
-        alphas += torch.minimum(p, q).sum(-1).clamp(max=1.0).tolist()
+        my_alphas = torch.minimum(p, q).sum(-1).clamp(max=1.0).tolist()
         picked = chain_drafts[..., None]
-        ratios += (p.gather(-1, picked) / q.gather(-1, picked)).squeeze(-1).clamp(max=1.0).tolist()
+        my_ratios = (p.gather(-1, picked) / q.gather(-1, picked)).squeeze(-1).clamp(max=1.0).tolist()
+        alphas += my_alphas
+        ratios += my_ratios
+        one = curve_from_sampled(my_ratios, my_alphas, condition=condition, temperature=temp)
+        per_prompt.append([len(my_alphas), *(x * len(my_alphas) for x in one.survival)])
     if temp == 0:
         curve = curve_from_accepted(accepted, depth, condition=condition, temperature=temp)
     else:
         curve = curve_from_sampled(ratios, alphas, condition=condition, temperature=temp)
-    return curve, (stats.rows() if stats is not None else [])
+    return curve, (stats.rows() if stats is not None else []), per_prompt
