@@ -155,3 +155,21 @@ def choose_depth(curve: Curve, cost_ratio: float, *, per_prompt=None, seed: int 
         best_point=best,
         accept_len_ci=ci,
     )
+
+
+def batch_speedup(accept_len: Sequence[float], *, draft_ms: float, verify_ms: Sequence[float]) -> list[float]:
+    """speedup(B, k) = accept_len(k) * t_decode(B) / (k * t_draft(B) + t_verify(B, k+1)) for k = 0..K.
+
+    verify_ms[k] is the target pass over k+1 new tokens at this batch size (verify_ms[0]: decode).
+    """
+    decode = verify_ms[0]
+    return [a * decode / (k * draft_ms + verify_ms[k]) for k, a in enumerate(accept_len)]
+
+
+def depth_per_batch(curve: Curve, cost) -> dict[int, int]:
+    """k*(B) for every profiled batch size B (the smaller k on a tie)."""
+    out = {}
+    for b, draft, verify in zip(cost.batch_sizes, cost.draft_ms_by_batch, cost.verify_ms_by_batch):
+        speedups = batch_speedup(curve.accept_len[: len(verify)], draft_ms=draft, verify_ms=verify)
+        out[b] = max(range(len(speedups)), key=lambda k: (speedups[k], -k))
+    return out

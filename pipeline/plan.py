@@ -85,10 +85,11 @@ def build_plan(spec: ExperimentSpec, code_version: Callable[[str | None], str] |
                     {**source, **names, "evaluation": spec.evaluation.model_dump(mode="json"), "seed": spec.seed},
                     inputs, target.name, drafter.name)
         cost = add("profile_cost", f"profile_cost {pair}",
-                   {**source, "cost": spec.cost.model_dump(mode="json", exclude={"cost_ratio"}),
+                   {**source, "cost": spec.cost.model_dump(mode="json", exclude={"cost_ratio", "max_batch_size"}),
                     "max_depth": spec.evaluation.max_depth, "seed": spec.seed},
                    inputs, target.name, drafter.name)
-        add("select_depth", f"select_depth {pair}", {**names, "cost_ratio": spec.cost.cost_ratio, "seed": spec.seed},
+        add("select_depth", f"select_depth {pair}", {**names, "cost_ratio": spec.cost.cost_ratio, "seed": spec.seed,
+                                                     "max_batch_size": spec.cost.max_batch_size},
             {"curve": curve, "cost": cost}, target.name, drafter.name)
     return Plan(spec.content_hash(), version(None), tuple(jobs.values()))
 

@@ -5,6 +5,7 @@ reused by later runs) only once everything about it has landed.
 """
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 from pathlib import Path
@@ -75,6 +76,10 @@ def log_job(tracker: Tracker, run_id: str, job: Job, stored: dict) -> None:
                                              "accept_len_hi": choice.accept_len_ci[1],
                                              "best_point_depth": choice.best_point})
             tracker.log_artifact(run_id, plot_speedup(choice, Path(tmp) / "speedup.png", _pair(job)))
+        if "schedule" in stored:  # the per-batch-size depths: [[lo, hi, k], ...], inclusive ranges
+            path = Path(tmp) / "schedule.json"
+            path.write_text(json.dumps({"schedule": stored["schedule"], "batch_depths": stored["batch_depths"]}))
+            tracker.log_artifact(run_id, path)
 
 
 def metric_key(name: str, condition: str, temperature: float) -> str:

@@ -212,6 +212,16 @@ class Cost(Strict):
     warmup: int = Field(5, ge=0)
     repeats: int = Field(30, ge=1)
     cost_ratio: float | None = Field(None, gt=0, description="override the measured draft/decode ratio")
+    batch_sizes: list[Annotated[int, Field(ge=1)]] = Field([1], description="batch sizes to profile; the first is 1")
+    max_batch_size: int = Field(256, ge=1, description="the per-batch-size schedule covers 1..max_batch_size")
+
+    @model_validator(mode="after")
+    def _batches(self):
+        if self.batch_sizes[:1] != [1] or self.batch_sizes != sorted(set(self.batch_sizes)):
+            raise ValueError(f"batch_sizes must increase and start at 1, got {self.batch_sizes}")
+        if self.max_batch_size < self.batch_sizes[-1]:
+            raise ValueError(f"max_batch_size {self.max_batch_size} is below the largest batch size profiled")
+        return self
 
 
 class Resources(Strict):

@@ -47,9 +47,12 @@ class CostProfile:
     """Timings of one drafter step and one target pass, measured on one worker's device."""
 
     hardware: str  # e.g. "cpu x1 float32" or "NVIDIA H100 80GB HBM3 x1 bfloat16"
-    draft_ms: float  # one drafter step (one new token against a cached context)
-    decode_ms: float  # one target decode step (one new token against a cached context)
-    verify_ms: float  # one target pass over max_depth + 1 new tokens
+    draft_ms: float  # one drafter step (one new token against a cached context), batch size 1
+    decode_ms: float  # one target decode step (one new token against a cached context), batch size 1
+    verify_ms: float  # one target pass over max_depth + 1 new tokens, batch size 1
+    batch_sizes: tuple[int, ...] = (1,)
+    draft_ms_by_batch: tuple[float, ...] = ()  # per batch size
+    verify_ms_by_batch: tuple[tuple[float, ...], ...] = ()  # per batch size, per k = 0..max_depth (k+1 tokens)
 
     @property
     def cost_ratio(self) -> float:
@@ -65,6 +68,9 @@ class CostProfile:
             draft_ms=float(d["draft_ms"]),
             decode_ms=float(d["decode_ms"]),
             verify_ms=float(d["verify_ms"]),
+            batch_sizes=tuple(int(b) for b in d.get("batch_sizes", (1,))),
+            draft_ms_by_batch=tuple(float(x) for x in d.get("draft_ms_by_batch", ())),
+            verify_ms_by_batch=tuple(tuple(float(x) for x in row) for row in d.get("verify_ms_by_batch", ())),
         )
 
 

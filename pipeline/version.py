@@ -24,7 +24,7 @@ KIND_ROOTS = {
     "train_drafter": (*_COMMON, "workers/train_drafter.py", "workers/standalone.py"),
     "measure_curve": (*_COMMON, "workers/measure.py", "workers/train_drafter.py", "workers/standalone.py"),
     "profile_cost": (*_COMMON, "workers/cost.py", "workers/train_drafter.py", "workers/standalone.py"),
-    "select_depth": (*_COMMON, "pipeline/acceptance.py"),
+    "select_depth": (*_COMMON, "pipeline/acceptance.py", "pipeline/emitters.py"),
 }
 
 

@@ -131,3 +131,26 @@ def test_choose_depth_prefers_the_smaller_depth_within_noise():
     sure = choose_depth(curve_from_accepted([3] * 160, 3, condition="default", temperature=0.0), 0.05,
                         per_prompt=_per_prompt(clear, 3), seed=0)
     assert sure.depth == 3 and sure.accept_len_ci == (4.0, 4.0)
+
+
+def test_batch_speedup_reduces_to_leviathan_when_verify_costs_one_decode():
+    from pipeline.acceptance import batch_speedup
+
+    alpha, c = 0.7, 0.1
+    acc = accept_len_from_survival(survival_from_cond([alpha] * 6))
+    ours = batch_speedup(acc, draft_ms=c * 2.0, verify_ms=[2.0] * 7)  # verifying k+1 tokens = one decode
+    assert ours == pytest.approx([leviathan_speedup(alpha, k, c) for k in range(7)])
+
+
+def test_depth_falls_to_zero_as_verification_becomes_compute_bound():
+    from pipeline.acceptance import depth_per_batch
+    from pipeline.types import CostProfile, Curve
+
+    surv = survival_from_cond([0.8] * 6)
+    curve = Curve("default", 0.0, 100, (0.8,) * 6, tuple(surv), tuple(accept_len_from_survival(surv)))
+    # small batches: verify costs what decode costs; large batches: verify grows with B * (k+1)
+    verify = {1: [1.0] * 7, 16: [1.0 + 0.1 * k for k in range(7)], 256: [1.0 * (k + 1) for k in range(7)]}
+    cost = CostProfile("gpu", 0.05, 1.0, 1.0, batch_sizes=(1, 16, 256), draft_ms_by_batch=(0.05, 0.08, 0.3),
+                       verify_ms_by_batch=tuple(tuple(verify[b]) for b in (1, 16, 256)))
+    depths = depth_per_batch(curve, cost)
+    assert depths[1] >= depths[16] > depths[256] == 0

@@ -147,7 +147,26 @@ def test_cost_profile_on_cpu(tiny_target, tiny_drafters):
 
     target, _, _ = tiny_target
     drafter, _ = tiny_drafters["pre"]
-    cost = profile_cost(target=target, drafter=drafter, context_len=32, max_depth=4, warmup=1, repeats=3, seed=0)
+    cost = profile_cost(target=target, drafter=drafter, context_len=32, max_depth=4, warmup=1, repeats=3, seed=0,
+                        batch_sizes=(1, 4))
     assert cost.hardware.startswith("cpu") and cost.hardware.endswith("float32")
     assert cost.draft_ms > 0 and cost.decode_ms > 0 and cost.verify_ms > 0
     assert cost.cost_ratio == cost.draft_ms / cost.decode_ms
+    assert cost.batch_sizes == (1, 4) and len(cost.verify_ms_by_batch[1]) == 5  # k = 0..4
+    assert cost.decode_ms == cost.verify_ms_by_batch[0][0] and cost.verify_ms == cost.verify_ms_by_batch[0][-1]
+
+
+def test_select_depth_builds_a_valid_schedule():
+    from pipeline.emitters import check_schedule
+    from pipeline.types import CostProfile, Curve
+    from workers.jobs import run_job
+
+    curve = Curve("default", 0.0, 10, (0.9,) * 4, (0.9, 0.81, 0.729, 0.6561), (1.0, 1.9, 2.71, 3.439, 4.0951))
+    cost = CostProfile("cpu", 0.1, 1.0, 1.0, batch_sizes=(1, 8, 64), draft_ms_by_batch=(0.1, 0.2, 0.9),
+                       verify_ms_by_batch=((1.0,) * 5, (1.0, 1.2, 1.4, 1.6, 1.8), (1.0, 2.0, 3.0, 4.0, 5.0)))
+    out = run_job("select_depth", {"cost_ratio": None, "seed": 0, "max_batch_size": 256},
+                  {"curve": {"curves": [curve.to_dict()]}, "cost": {"cost": cost.to_dict()}}, num_cpus=1, num_gpus=0)
+    schedule = [tuple(r) for r in out["schedule"]]
+    check_schedule(schedule)
+    assert schedule[0][0] == 1 and schedule[-1][1] == 256 and schedule[-1][2] == 0
+    assert out["batch_depths"]["1"] == out["choice"]["depth"] == 4

@@ -57,13 +57,30 @@ def _draft_step(drafter, target, ctx: torch.Tensor, context_len: int):
 
 
 @torch.no_grad()
-def profile_cost(*, target, drafter, context_len: int, max_depth: int, warmup: int, repeats: int, seed: int) -> CostProfile:
+def profile_cost(*, target, drafter, context_len: int, max_depth: int, warmup: int, repeats: int, seed: int,
+                 batch_sizes: tuple[int, ...] = (1,)) -> CostProfile:
+    """Per batch size B: one drafter step, and target passes over k+1 new tokens for k = 0..max_depth
+    (k = 0 is plain decoding), each for B sequences against a cached context of context_len."""
     device = next(target.parameters()).device
     dtype = next(target.parameters()).dtype
+    draft_by_b, verify_by_b = [], []
+    for b in batch_sizes:
+        ms = _profile_batch(target, drafter, b, context_len, max_depth, warmup, repeats, seed, device)
+        draft_by_b.append(ms.pop("draft_ms"))
+        verify_by_b.append(tuple(ms[f"verify_{k}"] for k in range(max_depth + 1)))
+    one = list(batch_sizes).index(1)
+    return CostProfile(
+        hardware=hardware_id(device, dtype), draft_ms=draft_by_b[one], decode_ms=verify_by_b[one][0],
+        verify_ms=verify_by_b[one][-1], batch_sizes=tuple(batch_sizes), draft_ms_by_batch=tuple(draft_by_b),
+        verify_ms_by_batch=tuple(verify_by_b),
+    )
+
+
+def _profile_batch(target, drafter, batch: int, context_len, max_depth, warmup, repeats, seed, device):
     vocab = target.get_output_embeddings().weight.shape[0]
     gen = torch.Generator().manual_seed(seed)
-    ctx = torch.randint(3, vocab, (1, context_len), generator=gen).to(device)  # [1, L]
-    new = torch.randint(3, vocab, (1, max_depth + 1), generator=gen).to(device)  # [1, k+1]
+    ctx = torch.randint(3, vocab, (batch, context_len), generator=gen).to(device)  # [B, L]
+    new = torch.randint(3, vocab, (batch, max_depth + 1), generator=gen).to(device)  # [B, k+1]
     _, cache, _ = cached_forward_states(target, ctx)
 
     def target_call(n_tokens: int):
@@ -73,12 +90,6 @@ def profile_cost(*, target, drafter, context_len: int, max_depth: int, warmup: i
 
         return run
 
-    ms = _interleaved_medians(
-        {
-            "draft_ms": _draft_step(drafter, target, ctx, context_len),
-            "decode_ms": target_call(1),
-            "verify_ms": target_call(max_depth + 1),
-        },
-        warmup=warmup, repeats=repeats, device=device,
-    )
-    return CostProfile(hardware=hardware_id(device, dtype), **ms)
+    calls = {"draft_ms": _draft_step(drafter, target, ctx, context_len)}
+    calls.update({f"verify_{k}": target_call(k + 1) for k in range(max_depth + 1)})
+    return _interleaved_medians(calls, warmup=warmup, repeats=repeats, device=device)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.acceptance import choose_depth
+from pipeline.acceptance import choose_depth, depth_per_batch
+from pipeline.emitters import schedule_from_choices
 from pipeline.types import CostProfile, Curve
 from workers.device import pick_device, pick_dtype
 
@@ -88,7 +89,8 @@ def profile_cost(config: dict, inputs: dict, *, num_gpus: float, progress) -> di
     drafter = _drafter(config, inputs, target)
     c = config["cost"]
     cost = profile(target=target, drafter=drafter, context_len=c["context_len"], max_depth=config["max_depth"],
-                   warmup=c["warmup"], repeats=c["repeats"], seed=config["seed"])
+                   warmup=c["warmup"], repeats=c["repeats"], seed=config["seed"],
+                   batch_sizes=tuple(c.get("batch_sizes", (1,))))
     return {"cost": cost.to_dict()}
 
 
@@ -99,8 +101,15 @@ def select_depth(config: dict, inputs: dict, *, num_gpus: float, progress) -> di
     cost = CostProfile.from_dict(inputs["cost"]["cost"])
     ratio = config["cost_ratio"] if config["cost_ratio"] is not None else cost.cost_ratio
     choice = choose_depth(curve, ratio, per_prompt=per_prompt or None, seed=config.get("seed", 0))
-    return {"choice": choice.to_dict(), "hardware": cost.hardware, "condition": curve.condition,
-            "temperature": curve.temperature}
+    result = {"choice": choice.to_dict(), "hardware": cost.hardware, "condition": curve.condition,
+              "temperature": curve.temperature}
+    if cost.draft_ms_by_batch:  # the per-batch-size schedule, from the measured cost table
+        by_batch = depth_per_batch(curve, cost)
+        by_batch[1] = choice.depth  # batch size 1 keeps the noise-aware choice
+        result["batch_depths"] = {str(b): k for b, k in by_batch.items()}
+        max_b = max(config.get("max_batch_size", max(by_batch)), max(by_batch))
+        result["schedule"] = [list(r) for r in schedule_from_choices(by_batch, max_b)]
+    return result
 
 
 JOBS = {
