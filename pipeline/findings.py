@@ -85,11 +85,9 @@ def markdown_condition_table(values: dict[str, dict[str, float]], conditions: li
 
 
 def plot_findings(curves, diags, *, condition: str, temperature: float, path: str | Path, title: str) -> Path:
-    import matplotlib
+    from pipeline.report import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     panels = [("rms", diags), ("sink_attn", diags), ("recent_attn", diags), ("cond_accept", curves)]
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
     for ax, (name, rows) in zip(axes, panels):
@@ -99,9 +97,4 @@ def plot_findings(curves, diags, *, condition: str, temperature: float, path: st
         ax.set(xlabel="depth k", title=f"{name} ({condition}, T={temperature:g})")
     if axes[0].get_legend_handles_labels()[0]:
         axes[0].legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path, title)

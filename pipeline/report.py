@@ -8,12 +8,27 @@ from rich.table import Table
 from pipeline.types import Curve, DepthChoice
 
 
-def plot_curve(curve: Curve, path: str | Path, title: str) -> Path:
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (workers and CI have no display)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save_figure(fig, path: str | Path, title: str) -> Path:
+    fig.suptitle(title)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
+    return Path(path)
+
+
+def plot_curve(curve: Curve, path: str | Path, title: str) -> Path:
+    plt = pyplot()
     depths = list(range(1, curve.max_depth + 1))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6))
     ax1.plot(depths, curve.cond_accept, "o-", label="cond_accept")
@@ -22,37 +37,22 @@ def plot_curve(curve: Curve, path: str | Path, title: str) -> Path:
     ax1.legend()
     ax2.plot(range(curve.max_depth + 1), curve.accept_len, "o-", color="C2")
     ax2.set(xlabel="depth k", ylabel="accept_len(k)", title="tokens per target pass")
-    fig.suptitle(f"{title}  (T={curve.temperature}, {curve.num_chains} chains)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path, f"{title}  (T={curve.temperature}, {curve.num_chains} chains)")
 
 
 def plot_speedup(choice: DepthChoice, path: str | Path, title: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.6))
     ax.plot(range(len(choice.speedups)), choice.speedups, "o-")
     ax.axvline(choice.depth, color="C3", ls="--", label=f"k* = {choice.depth}")
     ax.set(xlabel="depth k", ylabel="predicted speedup", title=f"{title}\nc = {choice.cost_ratio:.3f}")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path, "")
 
 
 def plot_drift(rows: list[dict], path: str | Path, title: str) -> Path:
     """The drift diagnostics against depth, one line per (condition, temperature)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     names = ("rms", "sink_attn", "recent_attn", "attn_entropy")
     fig, axes = plt.subplots(1, 4, figsize=(14, 3.4))
     for ax, name in zip(axes, names):
@@ -65,11 +65,7 @@ def plot_drift(rows: list[dict], path: str | Path, title: str) -> Path:
             ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=label, ms=3)
         ax.set(xlabel="depth k", title=name)
     axes[0].legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path, title)
 
 
 def best_table(rows: list[dict]) -> Table:
@@ -84,11 +80,7 @@ def best_table(rows: list[dict]) -> Table:
 
 def plot_comparison(curves: dict[str, Curve], path: str | Path, title: str) -> Path:
     """Every pairing's survival and accept_len curves in one figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for label, curve in sorted(curves.items()):
         ax1.plot(range(1, curve.max_depth + 1), curve.survival, "o-", label=label)
@@ -96,9 +88,4 @@ def plot_comparison(curves: dict[str, Curve], path: str | Path, title: str) -> P
     ax1.set(xlabel="depth j", ylabel="survival[j]", ylim=(0, 1.02), title="P(at least j drafts accepted)")
     ax2.set(xlabel="depth k", ylabel="accept_len(k)", title="tokens per target pass")
     ax1.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path, title)
