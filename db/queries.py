@@ -1,6 +1,7 @@
 """Read-only queries behind the store's reporting methods; each returns plain dicts."""
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 from sqlalchemy import Select, func, select
@@ -32,7 +33,13 @@ TUNED_KEYS = (
     "code_version",
     "mlflow_run_id",
 )
-BEST_KEYS = (*TUNED_KEYS[1:], "created_at")
+# Keys a tuned config may carry besides TUNED_KEYS (each may be None).
+TUNED_OPTIONAL_KEYS = ("schedule", "curve_job_hash", "cost_job_hash", "drafter_job_hash")
+# One active tuned-config version per workload; "condition" is the workload's traffic.
+WORKLOAD_KEYS = ("target", "drafter", "hardware", "condition")
+_VERSION_KEYS = ("version", "active", "source", "curve_job_hash", "cost_job_hash",
+                 "drafter_job_hash", "notes")
+BEST_KEYS = (*TUNED_KEYS[1:], "created_at", *_VERSION_KEYS, "schedule", "job_hash")
 # The keys of each diagnostic the store is given; a diagnostic row adds "job_hash".
 DIAGNOSTIC_KEYS = ("target", "drafter", "condition", "temperature", "depth", "name", "value")
 
@@ -57,27 +64,31 @@ def _pairing_filter(
     return statement
 
 
-def best_configs(session: Session, *, target: str | None, drafter: str | None) -> list[dict]:
-    """The newest tuned config per (target, drafter, hardware); ties go to the larger id."""
-    newest_first = func.row_number().over(
-        partition_by=(TunedConfig.target, TunedConfig.drafter, TunedConfig.hardware),
-        order_by=(TunedConfig.created_at.desc(), TunedConfig.id.desc()),
+def best_configs(
+    session: Session, *, target: str | None, drafter: str | None, history: bool
+) -> list[dict]:
+    """The active version per workload, or with ``history`` every version, newest first.
+
+    Sorted by target, drafter, hardware, condition, then version from the newest.
+    """
+    statement = _pairing_filter(
+        select(TunedConfig, Job.job_hash).outerjoin(Job, Job.id == TunedConfig.job_id),
+        TunedConfig,
+        target,
+        drafter,
+    ).order_by(
+        *(getattr(TunedConfig, key) for key in WORKLOAD_KEYS), TunedConfig.version.desc()
     )
-    ranked = _pairing_filter(
-        select(TunedConfig.id, newest_first.label("rank")), TunedConfig, target, drafter
-    ).subquery()
-    rows = session.scalars(
-        select(TunedConfig)
-        .join(ranked, ranked.c.id == TunedConfig.id)
-        .where(ranked.c.rank == 1)
-        .order_by(TunedConfig.target, TunedConfig.drafter, TunedConfig.hardware)
-    )
-    return [_best_dict(row) for row in rows]
+    if not history:
+        statement = statement.where(TunedConfig.active)
+    return [_best_dict(row, job_hash) for row, job_hash in session.execute(statement)]
 
 
-def _best_dict(row: TunedConfig) -> dict:
-    out = {key: getattr(row, key) for key in BEST_KEYS}
+def _best_dict(row: TunedConfig, job_hash: str | None) -> dict:
+    out = {key: getattr(row, key) for key in (*TUNED_KEYS[1:], *_VERSION_KEYS)}
     out["created_at"] = iso(row.created_at)
+    out["schedule"] = None if row.schedule_json is None else json.loads(row.schedule_json)
+    out["job_hash"] = job_hash
     return out
 
 

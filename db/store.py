@@ -20,13 +20,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from db import queries, writes
 from db.engine import mask_url, open_database
 from db.errors import StoreError, one_line
-from db.queries import DIAGNOSTIC_KEYS, TUNED_KEYS
+from db.queries import BEST_KEYS, DIAGNOSTIC_KEYS, TUNED_KEYS, TUNED_OPTIONAL_KEYS
 from db.tables import Base, Experiment, ExperimentJob, Job, utc_now
 
 if TYPE_CHECKING:  # only read through attributes, so db does not import pipeline at runtime
     from pipeline.types import Curve
 
-__all__ = ["DIAGNOSTIC_KEYS", "Store", "StoreError", "TUNED_KEYS"]
+__all__ = [
+    "BEST_KEYS", "DIAGNOSTIC_KEYS", "Store", "StoreError", "TUNED_KEYS", "TUNED_OPTIONAL_KEYS"
+]
 
 
 # INSERT ... ON CONFLICT DO NOTHING, so concurrent or replayed inserts of the same key are safe.
@@ -140,8 +142,11 @@ class Store:
         naming its own condition and temperature. ``diagnostics`` holds dicts with exactly
         DIAGNOSTIC_KEYS (depth 0 for a value of the whole curve). Either one, when given (even
         empty), replaces all the rows of that kind the job stored before; None leaves them.
-        A tuned config updates the job's one row in place (keeping its id and created_at) and
-        needs exactly TUNED_KEYS. Any bad entry raises StoreError and writes nothing.
+        A tuned config needs TUNED_KEYS and may add TUNED_OPTIONAL_KEYS (``schedule`` as
+        [[lo, hi, k], ...], and the curve, cost and drafter job hashes it came from). It becomes
+        a new version (source 'offline'), the active one of its workload (target, drafter,
+        hardware, condition); a job adds at most one version, so a replay leaves it as it is.
+        Any bad entry raises StoreError and writes nothing.
         """
         with self._write("mark_done") as session:
             job = _job(session, job_hash)
@@ -153,14 +158,49 @@ class Store:
             if diagnostics is not None:
                 writes.replace_diagnostics(session, job, diagnostics)
             if tuned is not None:
-                writes.upsert_tuned(session, job, tuned)
+                writes.add_offline_version(session, job, tuned)
+
+    def add_production_config(
+        self,
+        *,
+        target: str,
+        drafter: str,
+        hardware: str,
+        condition: str,
+        temperature: float,
+        depth: int,
+        accept_len: float,
+        speedup: float,
+        cost_ratio: float,
+        schedule: list[list[int]] | None = None,
+        notes: str | None = None,
+        code_version: str,
+        spec_hash: str | None = None,
+        mlflow_run_id: str | None = None,
+    ) -> int:
+        """Add a version measured in production (no job); it becomes the workload's active one.
+
+        Returns its version number. Bad values raise StoreError and write nothing.
+        """
+        given = dict(locals())
+        given.pop("self")
+        values = writes.checked_tuned(given, f"production config {target}/{drafter}")
+        with self._write("add_production_config") as session:
+            return writes.add_version(session, values, job_id=None, source="production")
 
     # -- reports ----------------------------------------------------------------------------
 
-    def best(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
-        """The newest tuned config per (target, drafter, hardware), sorted by target, drafter."""
+    def best(
+        self, *, target: str | None = None, drafter: str | None = None, history: bool = False
+    ) -> list[dict]:
+        """The active tuned-config version per (target, drafter, hardware, condition).
+
+        With ``history``, every version, newest first within a workload. Rows have BEST_KEYS;
+        ``schedule`` is the parsed [[lo, hi, k], ...] or None, ``job_hash`` None for a
+        production version.
+        """
         with self._sessions() as session:
-            return queries.best_configs(session, target=target, drafter=drafter)
+            return queries.best_configs(session, target=target, drafter=drafter, history=history)
 
     def curve_rows(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from sqlalchemy import (
+    Boolean,
     CheckConstraint,
     DateTime,
     Dialect,
@@ -21,11 +22,14 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 JOB_STATUSES = ("pending", "running", "done", "failed")
+# Where a tuned-config version came from: an offline select job, or production measurements.
+TUNED_SOURCES = ("offline", "production")
 
 NAME_LEN = 255  # model ids and local paths, experiment and job names, hardware descriptions
 HASH_LEN = 64  # sha256 hex digests
@@ -178,17 +182,40 @@ class Diagnostic(Base):
 
 
 class TunedConfig(Base):
-    """The chosen depth for one pairing on one hardware, with what is needed to reproduce it."""
+    """One immutable version of the tuned config of one workload, with what reproduces it.
+
+    A workload is (target, drafter, hardware, condition). Every decision adds a version
+    (1, 2, ...); exactly one version per workload is active, the others are its history.
+    Offline versions come from a select job (``job_id``, ``experiment_id``, ``spec_hash``);
+    production versions have none of those.
+    """
 
     __tablename__ = "tuned_configs"
     __table_args__ = (
         CheckConstraint("depth >= 0", name="depth"),
+        CheckConstraint("version >= 1", name="version"),
+        CheckConstraint(
+            "source IN (" + ", ".join(f"'{s}'" for s in TUNED_SOURCES) + ")", name="source"
+        ),
+        CheckConstraint("source = 'production' OR job_id IS NOT NULL", name="offline_job"),
+        UniqueConstraint("target", "drafter", "hardware", "condition", "version"),
         Index(None, "target", "drafter", "hardware"),
+        # At most one active version per workload, enforced by the database on both backends.
+        Index(
+            "uq_tuned_configs_active_workload",
+            "target",
+            "drafter",
+            "hardware",
+            "condition",
+            unique=True,
+            postgresql_where=text("active"),
+            sqlite_where=text("active"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), unique=True)
-    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), unique=True)
+    experiment_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id"))
     target: Mapped[str] = mapped_column(String(NAME_LEN))
     drafter: Mapped[str] = mapped_column(String(NAME_LEN))
     hardware: Mapped[str] = mapped_column(String(NAME_LEN))
@@ -198,7 +225,16 @@ class TunedConfig(Base):
     accept_len: Mapped[float] = mapped_column(Float)
     speedup: Mapped[float] = mapped_column(Float)
     cost_ratio: Mapped[float] = mapped_column(Float)
-    spec_hash: Mapped[str] = mapped_column(String(HASH_LEN))
+    spec_hash: Mapped[str | None] = mapped_column(String(HASH_LEN))
     code_version: Mapped[str] = mapped_column(String(TAG_LEN))
     mlflow_run_id: Mapped[str | None] = mapped_column(String(TAG_LEN))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utc_now)
+    version: Mapped[int] = mapped_column(Integer)
+    active: Mapped[bool] = mapped_column(Boolean)
+    source: Mapped[str] = mapped_column(String(TAG_LEN))
+    # The per-batch-size depths as JSON [[lo, hi, k], ...], inclusive ranges; None: one depth.
+    schedule_json: Mapped[str | None] = mapped_column(Text)
+    curve_job_hash: Mapped[str | None] = mapped_column(String(HASH_LEN))
+    cost_job_hash: Mapped[str | None] = mapped_column(String(HASH_LEN))
+    drafter_job_hash: Mapped[str | None] = mapped_column(String(HASH_LEN))
+    notes: Mapped[str | None] = mapped_column(Text)

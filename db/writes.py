@@ -7,23 +7,39 @@ are made here, so both backends refuse the same inputs with the same message.
 """
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from numbers import Integral, Real
 from typing import TYPE_CHECKING
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from db.errors import StoreError
-from db.queries import DIAGNOSTIC_KEYS, TUNED_KEYS
-from db.tables import NAME_LEN, TAG_LEN, CurvePoint, Diagnostic, Job, TunedConfig
+from db.queries import DIAGNOSTIC_KEYS, TUNED_KEYS, TUNED_OPTIONAL_KEYS, WORKLOAD_KEYS
+from db.tables import HASH_LEN, NAME_LEN, TAG_LEN, CurvePoint, Diagnostic, Job, TunedConfig
 
 if TYPE_CHECKING:  # only read through attributes, so db does not import pipeline at runtime
     from pipeline.types import Curve
 
 # The longest string each text column of a diagnostic takes.
 _DIAGNOSTIC_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN, "name": TAG_LEN}
+# The longest string each text column of a tuned config takes, and whether it is required.
+_TUNED_TEXT = {
+    "target": (NAME_LEN, True),
+    "drafter": (NAME_LEN, True),
+    "hardware": (NAME_LEN, True),
+    "condition": (TAG_LEN, True),
+    "code_version": (TAG_LEN, True),
+    "spec_hash": (HASH_LEN, False),
+    "mlflow_run_id": (TAG_LEN, False),
+    "curve_job_hash": (HASH_LEN, False),
+    "cost_job_hash": (HASH_LEN, False),
+    "drafter_job_hash": (HASH_LEN, False),
+}
+# Tuned-config values besides TUNED_KEYS: the optional keys and production notes.
+_TUNED_COLUMNS = (*TUNED_OPTIONAL_KEYS, "notes")
 
 
 def replace_curves(
@@ -103,18 +119,90 @@ def _checked_diagnostic(entry: object, where: str) -> dict:
     return {**entry, "depth": int(depth), "value": float(value), "temperature": float(temperature)}
 
 
-def upsert_tuned(session: Session, job: Job, tuned: dict) -> None:
-    """Update the job's one tuned config in place (keeping id and created_at), or add it."""
+def add_offline_version(session: Session, job: Job, tuned: dict) -> None:
+    """Add the select job's decision as a new active version, unless the job already has one.
+
+    Versions are immutable, so a replayed mark_done of the same job leaves its version as it is.
+    """
+    where = f"tuned config of job {job.job_hash}"
     missing = [key for key in TUNED_KEYS if key not in tuned]
-    unknown = sorted(set(tuned) - set(TUNED_KEYS))
+    unknown = sorted(set(tuned) - set(TUNED_KEYS) - set(TUNED_OPTIONAL_KEYS))
     if missing or unknown:
-        raise StoreError(
-            f"tuned config of job {job.job_hash}: missing keys {missing}, unknown keys {unknown}"
+        raise StoreError(f"{where}: missing keys {missing}, unknown keys {unknown}")
+    exists = select(TunedConfig.id).where(TunedConfig.job_id == job.id)
+    if session.scalars(exists).first() is not None:
+        return
+    values = checked_tuned(tuned, where)
+    add_version(session, values, job_id=job.id, source="offline")
+
+
+def add_version(session: Session, values: dict, *, job_id: int | None, source: str) -> int:
+    """Insert ``values`` as the next version of its workload and make it the only active one.
+
+    The active row is locked first (PostgreSQL), so two writers of one workload queue up;
+    a writer that still loses the race fails on the unique version and rolls back.
+    """
+    workload = [getattr(TunedConfig, key) == values[key] for key in WORKLOAD_KEYS]
+    active = select(TunedConfig.id).where(*workload, TunedConfig.active).with_for_update()
+    session.scalars(active).all()
+    latest = session.scalar(select(func.max(TunedConfig.version)).where(*workload))
+    version = (latest or 0) + 1
+    session.execute(
+        update(TunedConfig).where(*workload, TunedConfig.active).values(active=False)
+    )
+    session.add(
+        TunedConfig(job_id=job_id, version=version, active=True, source=source, **values)
+    )
+    session.flush()  # so a bad experiment_id or a lost race fails here, inside this transaction
+    return version
+
+
+def checked_tuned(tuned: dict, where: str) -> dict:
+    """The column values of a tuned config, checked the same way for both backends."""
+    values = {key: tuned.get(key) for key in (*TUNED_KEYS, *_TUNED_COLUMNS) if key in tuned}
+    for key, (limit, required) in _TUNED_TEXT.items():
+        text = values.get(key)
+        if text is None and not required:
+            continue
+        if not isinstance(text, str) or not text or len(text) > limit:
+            raise StoreError(
+                f"{where}: {key} must be a string of 1..{limit} characters, got {text!r}"
+            )
+    depth = values["depth"]
+    if not isinstance(depth, Integral) or isinstance(depth, bool) or depth < 0:
+        raise StoreError(f"{where}: depth must be an integer >= 0, got {depth!r}")
+    values["depth"] = int(depth)
+    for key in ("temperature", "accept_len", "speedup", "cost_ratio"):
+        number = values[key]
+        if not isinstance(number, Real) or isinstance(number, bool) or not math.isfinite(number):
+            raise StoreError(f"{where}: {key} must be a finite number, got {number!r}")
+        values[key] = float(number)
+    notes = values.get("notes")
+    if notes is not None and not isinstance(notes, str):
+        raise StoreError(f"{where}: notes must be a string or None, got {notes!r}")
+    schedule = values.pop("schedule", None)
+    if schedule is not None:
+        values["schedule_json"] = json.dumps(_checked_schedule(schedule, where))
+    return values
+
+
+def _checked_schedule(schedule: object, where: str) -> list[list[int]]:
+    """[[lo, hi, k], ...]: inclusive batch-size ranges from 1, contiguous, depth k >= 0."""
+    if not isinstance(schedule, (list, tuple)) or not schedule:
+        raise StoreError(f"{where}: schedule must be a non-empty list of [lo, hi, k], got {schedule!r}")
+    out: list[list[int]] = []
+    for entry in schedule:
+        ints = isinstance(entry, (list, tuple)) and len(entry) == 3 and all(
+            isinstance(n, Integral) and not isinstance(n, bool) for n in entry
         )
-    row = session.scalars(select(TunedConfig).where(TunedConfig.job_id == job.id)).one_or_none()
-    if row is None:
-        row = TunedConfig(job_id=job.id)
-        session.add(row)
-    for key in TUNED_KEYS:
-        setattr(row, key, tuned[key])
-    session.flush()  # so a bad experiment_id fails here, inside this transaction
+        if not ints:
+            raise StoreError(f"{where}: schedule entry {entry!r} is not [lo, hi, k] integers")
+        lo, hi, k = (int(n) for n in entry)
+        start = out[-1][1] + 1 if out else 1
+        if lo != start or hi < lo or k < 0:
+            raise StoreError(
+                f"{where}: schedule range {[lo, hi, k]} must start at batch size {start}, "
+                "have lo <= hi and k >= 0"
+            )
+        out.append([lo, hi, k])
+    return out

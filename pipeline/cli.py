@@ -143,13 +143,14 @@ def best(
     target: Annotated[Optional[str], typer.Option("--target", help="Only this target.")] = None,
     drafter: Annotated[Optional[str], typer.Option("--drafter", help="Only this drafter.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+    history: Annotated[bool, typer.Option("--history", help="Every version, not only the active one.")] = False,
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
 ):
-    """The chosen depth per pairing, from the database."""
+    """The chosen depth per pairing (the active tuned config), from the database."""
     store = _store(workdir, db)
     try:
-        rows = store.best(target=target, drafter=drafter)
+        rows = store.best(target=target, drafter=drafter, history=history)
     finally:
         store.close()
     if as_json:
@@ -182,6 +183,56 @@ def status(workdir: WorkdirOpt = Path(".specfleet"), db: DbOpt = None):
             out.print(table)
     finally:
         store.close()
+
+
+@app.command()
+def autotune(
+    engine: Annotated[str, typer.Option("--engine", help="vllm | sglang | trtllm")],
+    target: Annotated[Optional[str], typer.Option("--target", help="The pairing's target.")] = None,
+    drafter: Annotated[Optional[str], typer.Option("--drafter", help="The pairing's drafter.")] = None,
+    hardware: Annotated[Optional[str], typer.Option("--hardware", help="Which hardware's tuned config.")] = None,
+    drafter_path: Annotated[Optional[str], typer.Option("--drafter-path", help="Drafter path for the engine (default: export the trained one).")] = None,
+    from_metrics: Annotated[Optional[list[str]], typer.Option("--from-metrics", help="vLLM /metrics file or URL; twice for a window.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="model_name label to read from the metrics.")] = None,
+    cost_ratio: Annotated[Optional[float], typer.Option("--cost-ratio", help="Drafter/target step-time ratio (default: the stored cost table).")] = None,
+    method: Annotated[str, typer.Option("--method", help="Speculative method for the engine config.")] = "eagle3",
+    temperature: Annotated[float, typer.Option("--temperature", help="The deployment's sampling temperature.")] = 0.0,
+    workdir: WorkdirOpt = Path(".specfleet"),
+    db: DbOpt = None,
+):
+    """Print a ready engine config for one pairing: from its active tuned config, or from
+    production metrics (stored as a new 'production' version)."""
+    from pipeline import autotune as tune
+    from pipeline.version import code_version
+
+    if engine not in tune.ENGINES:
+        raise UserError(f"--engine: unknown engine {engine!r}; use one of {', '.join(tune.ENGINES)}")
+    store = _store(workdir, db)
+    if from_metrics:
+        try:
+            name = drafter or (Path(drafter_path).name if drafter_path else None)
+            if name is None or drafter_path is None:
+                raise UserError("--drafter-path: name the deployed drafter (its path goes into the config)")
+            row, report = tune.from_metrics(store, from_metrics, model_name=model, drafter=name,
+                                            cost_ratio=cost_ratio, hardware=hardware, temperature=temperature,
+                                            code_version=code_version())
+        finally:
+            store.close()
+        err.print(f"stored production version {row['version']} for {row['target']}/{row['drafter']}: "
+                  f"depth {row['depth']}; {report}", markup=False, soft_wrap=True)
+        sys.stdout.write(tune.render(engine, tune.schedule_of(row), model=drafter_path, method=method) + "\n")
+        return
+    try:
+        rows = [r for r in store.best(target=target, drafter=drafter) if hardware in (None, r["hardware"])]
+        if len(rows) != 1:
+            have = sorted(f"{r['target']}/{r['drafter']} on {r['hardware']}" for r in rows)
+            raise UserError(f"--target/--drafter/--hardware: {len(rows)} tuned configs match"
+                            + (f" ({'; '.join(have)}); name one" if rows else "; run `specfleet run SPEC` first"))
+        row = rows[0]
+        path, method = tune.drafter_path(store, row, workdir, drafter_path)
+    finally:
+        store.close()
+    sys.stdout.write(tune.render(engine, tune.schedule_of(row), model=path, method=method) + "\n")
 
 
 @app.command()

@@ -109,7 +109,16 @@ def log_diagnostics(tracker: Tracker, run_id: str, rows: list[dict]) -> None:
         tracker.log_series(run_id, key, points)
 
 
-def db_extras(job: Job, stored: dict, *, experiment_id: int, spec_hash: str, code_version: str, run_id: str):
+def provenance(job: Job, jobs: dict[str, Job]) -> dict:
+    """The curve, cost-table and drafter jobs a select job's decision came from."""
+    deps = dict(job.deps)
+    curve_job = jobs.get(deps.get("curve"))
+    drafter = dict(curve_job.deps).get("drafter") if curve_job is not None else None
+    return {"curve_job_hash": deps.get("curve"), "cost_job_hash": deps.get("cost"), "drafter_job_hash": drafter}
+
+
+def db_extras(job: Job, stored: dict, *, experiment_id: int, spec_hash: str, code_version: str, run_id: str,
+              jobs: dict[str, Job]):
     """The curve rows, diagnostics rows and tuned-config row that go with a job's result, if any."""
     curves = diagnostics = tuned = None
     if "curves" in stored:
@@ -122,7 +131,8 @@ def db_extras(job: Job, stored: dict, *, experiment_id: int, spec_hash: str, cod
             "hardware": stored["hardware"], "condition": stored["condition"],
             "temperature": stored["temperature"], "depth": choice.depth, "accept_len": choice.accept_len,
             "speedup": choice.speedup, "cost_ratio": choice.cost_ratio, "spec_hash": spec_hash,
-            "code_version": code_version, "mlflow_run_id": run_id,
+            "code_version": code_version, "mlflow_run_id": run_id, "schedule": stored.get("schedule"),
+            **provenance(job, jobs),
         }
     return curves, diagnostics, tuned
 

@@ -70,11 +70,16 @@ def plot_drift(rows: list[dict], path: str | Path, title: str) -> Path:
 
 def best_table(rows: list[dict]) -> Table:
     table = Table(title="best depth per pairing")
-    for col in ("target", "drafter", "hardware", "depth", "accept_len", "speedup", "cost_ratio"):
+    versioned = any("version" in r for r in rows)
+    cols = ("target", "drafter", "hardware", "depth", "accept_len", "speedup", "cost_ratio")
+    for col in cols + (("version", "source") if versioned else ()):
         table.add_column(col, justify="right" if col in ("depth", "accept_len", "speedup", "cost_ratio") else "left")
     for r in rows:
-        table.add_row(r["target"], r["drafter"], r["hardware"], str(r["depth"]),
-                      f"{r['accept_len']:.3f}", f"{r['speedup']:.3f}x", f"{r['cost_ratio']:.3f}")
+        cells = [r["target"], r["drafter"], r["hardware"], str(r["depth"]),
+                 f"{r['accept_len']:.3f}", f"{r['speedup']:.3f}x", f"{r['cost_ratio']:.3f}"]
+        if versioned:
+            cells += [f"v{r['version']}" + ("" if r.get("active", True) else " (old)"), r.get("source", "")]
+        table.add_row(*cells)
     return table
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -27,7 +28,7 @@ SPEC = {
          "train": {"ttt_depth": 2, "steps": 10, "batch_size": 8, "seq_len": 64}},
     ],
     "evaluation": {"max_depth": 3, "num_prompts": 4, "prompt_len": 16, "continuation_len": 8},
-    "cost": {"context_len": 16, "warmup": 1, "repeats": 2},
+    "cost": {"context_len": 16, "warmup": 1, "repeats": 2, "batch_sizes": [1, 4], "max_batch_size": 16},
 }
 
 
@@ -110,6 +111,19 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
     rows = json.loads(out.stdout)
     assert {"target", "drafter", "depth", "accept_len", "speedup", "cost_ratio"} <= set(rows[0])
     assert len(specfleet("best", "--json", "--drafter", "post", cwd=tmp_path).stdout.split('"drafter"')) == 2
+
+    # autotune: a ready vLLM config whose drafter path holds an exported EAGLE-3 checkpoint
+    tuned = specfleet("autotune", "--engine", "vllm", "--target", "t0", "--drafter", "pre", cwd=tmp_path)
+    exported = list((tmp_path / ".specfleet" / "exports").glob("*/config.json"))
+    assert len(exported) == 1 and (exported[0].parent / "model.safetensors").is_file()
+    if tuned.returncode == 0:
+        config = json.loads(shlex.split(tuned.stdout)[1])
+        assert config["method"] == "eagle3" and config["num_speculative_tokens"] > 0
+        assert Path(config["model"]) == exported[0].parent.resolve()
+    else:  # this tiny drafter may not pay at any depth: then autotune says so instead of a config
+        assert tuned.returncode == 1 and "does not pay" in tuned.stderr, tuned.stderr
+    refused = specfleet("autotune", "--engine", "vllm", "--drafter", "post", cwd=tmp_path)  # post-norm + fc_norm
+    assert refused.returncode == 1 and "norm: post" in refused.stderr
 
     # an unchanged rerun reuses every job and duplicates no MLflow run
     again = specfleet("run", str(spec), "--address", ray_cluster, cwd=tmp_path)

@@ -28,7 +28,9 @@ PG_BASE_URL = normalize_url(
     os.environ.get("SPECFLEET_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 )
 TABLES = {"experiments", "jobs", "experiment_jobs", "curves", "diagnostics", "tuned_configs"}
-BEST_KEYS = set(TUNED_KEYS) - {"experiment_id"} | {"created_at"}
+VERSION_KEYS = {"version", "active", "source", "schedule", "curve_job_hash", "cost_job_hash",
+                "drafter_job_hash", "notes", "job_hash"}
+BEST_KEYS = set(TUNED_KEYS) - {"experiment_id"} | {"created_at"} | VERSION_KEYS
 
 
 def _fresh_pg_database() -> Iterator[str]:
@@ -324,14 +326,19 @@ def test_tuned_config_is_stored_and_returned_by_best(store: Store) -> None:
     (best,) = store.best()
     assert set(best) == BEST_KEYS
     expected = _tuned(experiment_id)
-    assert {k: best[k] for k in BEST_KEYS - {"created_at"}} == {
-        k: expected[k] for k in BEST_KEYS - {"created_at"}
-    }
+    given = set(TUNED_KEYS) - {"experiment_id"}
+    assert {k: best[k] for k in given} == {k: expected[k] for k in given}
     assert best["created_at"].endswith("+00:00")
+    assert (best["version"], best["active"], best["source"], best["job_hash"]) == (
+        1, True, "offline", "select-a"
+    )
+    assert {k: best[k] for k in VERSION_KEYS - {"version", "active", "source", "job_hash"}} == {
+        k: None for k in VERSION_KEYS - {"version", "active", "source", "job_hash"}
+    }
 
-    # Replaying mark_done keeps one config per select job.
+    # Versions are immutable: replaying mark_done keeps the job's one version as it was.
     store.mark_done("select-a", result={"depth": 3}, tuned=_tuned(experiment_id, depth=4))
-    assert [b["depth"] for b in store.best()] == [4]
+    assert [(b["version"], b["depth"]) for b in store.best(history=True)] == [(1, 3)]
 
 
 def test_best_returns_newest_config_per_pairing_and_filters(store: Store) -> None:

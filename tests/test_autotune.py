@@ -1,0 +1,89 @@
+"""Autotune: engine configs from tuned rows, with a drafter path the engine can load."""
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+import yaml
+
+from pipeline.autotune import drafter_path, render, schedule_of
+from pipeline.errors import UserError
+
+SCHEDULE = [(1, 8, 4), (9, 32, 2), (33, 256, 0)]
+
+
+def test_render_every_engine_from_a_schedule():
+    vllm = json.loads(shlex.split(render("vllm", SCHEDULE, model="/d", method="eagle3"))[1])
+    assert vllm["num_speculative_tokens"] == 4 and vllm["num_speculative_tokens_per_batch_size"][0] == [1, 8, 4]
+    sglang = render("sglang", SCHEDULE, model="/d", method="eagle3")
+    assert "--speculative-num-steps 4" in sglang and '"33"' in sglang
+    trt = yaml.safe_load(render("trtllm", SCHEDULE, model="/d", method="eagle3"))["speculative_config"]
+    assert trt["draft_len_schedule"] == {8: 4, 32: 2} and trt["max_draft_len"] == 4
+
+
+def test_static_depth_and_no_speculation():
+    row = {"depth": 3, "schedule": None}
+    vllm = json.loads(shlex.split(render("vllm", schedule_of(row), model="/d", method="eagle3"))[1])
+    assert vllm == {"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}
+    with pytest.raises(UserError, match="does not pay"):
+        render("vllm", [(1, 64, 0)], model="/d", method="eagle3")
+
+
+class FakeStore:
+    def __init__(self, results):
+        self.results = results
+
+    def finished_result(self, job_hash):
+        return self.results.get(job_hash)
+
+
+def test_trained_drafter_is_exported_once_for_the_engine(tmp_path, tiny_drafters):
+
+    _, files = tiny_drafters["pre"]
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    for name, blob in files.items():
+        (ckpt / name).write_bytes(blob)
+    store = FakeStore({"d" * 64: {"checkpoint_dir": str(ckpt)}})
+    row = {"target": "t", "drafter": "pre", "drafter_job_hash": "d" * 64}
+    path, method = drafter_path(store, row, tmp_path / "work", None)
+    assert method == "eagle3" and (tmp_path / "work" / "exports" / ("d" * 64) / "config.json").is_file()
+    assert json.loads((tmp_path / "work" / "exports" / ("d" * 64) / "config.json").read_text())["architectures"] == [
+        "LlamaForCausalLMEagle3"]
+    assert drafter_path(store, row, tmp_path / "work", "/given") == ("/given", "eagle3")
+    with pytest.raises(UserError, match="--drafter-path"):
+        drafter_path(FakeStore({}), {**row, "drafter_job_hash": None}, tmp_path / "work", None)
+
+
+def test_post_norm_drafter_is_not_exported_silently(tmp_path, tiny_drafters):
+    _, files = tiny_drafters["post"]
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    for name, blob in files.items():
+        (ckpt / name).write_bytes(blob)
+    store = FakeStore({"e" * 64: {"checkpoint_dir": str(ckpt)}})
+    with pytest.raises(UserError, match="norm: post"):
+        drafter_path(store, {"target": "t", "drafter": "post", "drafter_job_hash": "e" * 64}, tmp_path, None)
+
+
+def test_production_metrics_become_the_active_version(tmp_path):
+    from db.store import Store
+    from pipeline.autotune import from_metrics
+    from test_prod_metrics import MODEL, exposition
+
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    before, after = tmp_path / "a.txt", tmp_path / "b.txt"
+    before.write_text(exposition(100, 400, 150, [70, 45, 25, 10]))
+    after.write_text(exposition(300, 1200, 430, [230, 120, 60, 20]))
+    row, report = from_metrics(store, [str(before), str(after)], model_name=None, drafter="eagle3-prod",
+                               cost_ratio=0.1, hardware=None, temperature=0.0, code_version="v")
+    # window survival 0.8, 0.375, 0.175, 0.05 at c = 0.1: speedups 1, 1.636, 1.813, 1.808, 1.714 -> k = 2
+    assert row["target"] == MODEL and row["depth"] == 2 and row["version"] == 1
+    (stored,) = store.best(target=MODEL, drafter="eagle3-prod")
+    assert (stored["source"], stored["active"], stored["depth"]) == ("production", True, 2)
+    assert "no offline curve" in report
+    with pytest.raises(UserError, match="--cost-ratio"):
+        from_metrics(store, [str(after)], model_name=None, drafter="unknown", cost_ratio=None, hardware=None,
+                     temperature=0.0, code_version="v")
+    store.close()
