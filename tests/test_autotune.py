@@ -38,14 +38,17 @@ class FakeStore:
         return self.results.get(job_hash)
 
 
-def test_trained_drafter_is_exported_once_for_the_engine(tmp_path, tiny_drafters):
-
-    _, files = tiny_drafters["pre"]
+def checkpoint_dir(tmp_path, files):
+    """A drafter checkpoint folder as the work directory keeps it."""
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     for name, blob in files.items():
         (ckpt / name).write_bytes(blob)
-    store = FakeStore({"d" * 64: {"checkpoint_dir": str(ckpt)}})
+    return str(ckpt)
+
+
+def test_trained_drafter_is_exported_once_for_the_engine(tmp_path, tiny_drafters):
+    store = FakeStore({"d" * 64: {"checkpoint_dir": checkpoint_dir(tmp_path, tiny_drafters["pre"][1])}})
     row = {"target": "t", "drafter": "pre", "drafter_job_hash": "d" * 64}
     path, method = drafter_path(store, row, tmp_path / "work", None)
     assert method == "eagle3" and (tmp_path / "work" / "exports" / ("d" * 64) / "config.json").is_file()
@@ -57,12 +60,7 @@ def test_trained_drafter_is_exported_once_for_the_engine(tmp_path, tiny_drafters
 
 
 def test_post_norm_drafter_is_not_exported_silently(tmp_path, tiny_drafters):
-    _, files = tiny_drafters["post"]
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    for name, blob in files.items():
-        (ckpt / name).write_bytes(blob)
-    store = FakeStore({"e" * 64: {"checkpoint_dir": str(ckpt)}})
+    store = FakeStore({"e" * 64: {"checkpoint_dir": checkpoint_dir(tmp_path, tiny_drafters["post"][1])}})
     with pytest.raises(UserError, match="norm: post"):
         drafter_path(store, {"target": "t", "drafter": "post", "drafter_job_hash": "e" * 64}, tmp_path, None)
 

@@ -1,6 +1,7 @@
 """The target's side of drafting: captured hidden states and next-token logits in one pass."""
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -31,16 +32,16 @@ def cached_forward_states(model, input_ids: torch.Tensor, cache=None, capture: t
 @torch.no_grad()
 def last_logits(model, input_ids, attention_mask, position_ids, keep: int) -> torch.Tensor:
     """Logits of the last `keep` positions only (all of them on models without logits_to_keep)."""
-    extra = {"logits_to_keep": keep} if "logits_to_keep" in inspect.signature(type(model).forward).parameters else {}
+    extra = {"logits_to_keep": keep} if _accepts(type(model), "logits_to_keep") else {}
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **extra)
     return out.logits[:, -keep:]
 
 
-_CACHE_KWARG: dict[type, str] = {}
+@functools.lru_cache(maxsize=None)
+def _accepts(cls: type, name: str) -> bool:
+    """Whether a model class's forward takes this keyword (looked up once per class)."""
+    return name in inspect.signature(cls.forward).parameters
 
 
 def _cache_kwarg(cls: type) -> str:
-    if cls not in _CACHE_KWARG:
-        params = inspect.signature(cls.forward).parameters
-        _CACHE_KWARG[cls] = "cache" if "cache" in params else "past_key_values"
-    return _CACHE_KWARG[cls]
+    return "cache" if _accepts(cls, "cache") else "past_key_values"
