@@ -131,7 +131,19 @@ class ExperimentJob(Base):
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
 
 
-class CurvePoint(Base):
+class MeasuredAt:
+    """The columns that place a measured value: its job, pairing, condition, temperature, depth."""
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    target: Mapped[str] = mapped_column(String(NAME_LEN))
+    drafter: Mapped[str] = mapped_column(String(NAME_LEN))
+    condition: Mapped[str] = mapped_column(String(TAG_LEN))
+    temperature: Mapped[float] = mapped_column(Float)
+    depth: Mapped[int] = mapped_column(Integer)
+
+
+class CurvePoint(MeasuredAt, Base):
     """Acceptance at one depth (1..max_depth) of one measured curve.
 
     Depth 0 is not stored: it has no cond_accept or survival, and its accept_len is always 1.
@@ -144,19 +156,12 @@ class CurvePoint(Base):
         Index(None, "target", "drafter"),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
-    target: Mapped[str] = mapped_column(String(NAME_LEN))
-    drafter: Mapped[str] = mapped_column(String(NAME_LEN))
-    condition: Mapped[str] = mapped_column(String(TAG_LEN))
-    temperature: Mapped[float] = mapped_column(Float)
-    depth: Mapped[int] = mapped_column(Integer)
     cond_accept: Mapped[float] = mapped_column(Float)
     survival: Mapped[float] = mapped_column(Float)
     accept_len: Mapped[float] = mapped_column(Float)
 
 
-class Diagnostic(Base):
+class Diagnostic(MeasuredAt, Base):
     """One named scalar measured beside a curve, long format: one row per (depth, name).
 
     Per-depth values (``rms``, ``sink_attn``, ``recent_attn``, ``attn_entropy``) use depth
@@ -170,13 +175,6 @@ class Diagnostic(Base):
         Index(None, "target", "drafter"),
     )
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
-    target: Mapped[str] = mapped_column(String(NAME_LEN))
-    drafter: Mapped[str] = mapped_column(String(NAME_LEN))
-    condition: Mapped[str] = mapped_column(String(TAG_LEN))
-    temperature: Mapped[float] = mapped_column(Float)
-    depth: Mapped[int] = mapped_column(Integer)
     name: Mapped[str] = mapped_column(String(TAG_LEN))
     value: Mapped[float] = mapped_column(Float)
 

@@ -44,11 +44,11 @@ def drafter_path(store, row: dict, workdir: Path, given: str | None) -> tuple[st
 def _export(checkpoint: Path, out: Path) -> None:
     import torch
 
+    from pipeline.record import load_checkpoint
     from workers.export import export_eagle3
     from workers.train_drafter import load_drafter
 
-    files = {p.name: p.read_bytes() for p in checkpoint.iterdir() if p.is_file()}
-    drafter = load_drafter(files, device="cpu", dtype=torch.float32)
+    drafter = load_drafter(load_checkpoint(checkpoint), device="cpu", dtype=torch.float32)
     try:
         export_eagle3(drafter, out)
     except ValueError as exc:

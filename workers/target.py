@@ -123,6 +123,3 @@ def load_target(source: dict, *, device: torch.device, dtype: torch.dtype, role:
         p.requires_grad_(False)
     return model, tokenizer
 
-
-def num_layers(model) -> int:
-    return model.config.num_hidden_layers
