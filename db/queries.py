@@ -14,6 +14,7 @@ from db.tables import (
     Experiment,
     ExperimentJob,
     Job,
+    SpeedupCheck,
     TunedConfig,
 )
 
@@ -42,6 +43,19 @@ _VERSION_KEYS = ("version", "active", "source", "curve_job_hash", "cost_job_hash
 BEST_KEYS = (*TUNED_KEYS[1:], "created_at", *_VERSION_KEYS, "schedule", "job_hash")
 # The keys of each diagnostic the store is given; a diagnostic row adds "job_hash".
 DIAGNOSTIC_KEYS = ("target", "drafter", "condition", "temperature", "depth", "name", "value")
+# The keys of each speedup check the store is given; a speedup row adds "job_hash".
+SPEEDUP_KEYS = (
+    "target",
+    "drafter",
+    "hardware",
+    "condition",
+    "temperature",
+    "depth",
+    "tokens_per_s",
+    "measured_speedup",
+    "predicted_speedup",
+    "accept_len",
+)
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -146,6 +160,30 @@ def diagnostic_values(
     )
     return [
         {**{key: getattr(row, key) for key in DIAGNOSTIC_KEYS}, "job_hash": job_hash}
+        for row, job_hash in session.execute(statement)
+    ]
+
+
+def speedup_checks(
+    session: Session, *, target: str | None, drafter: str | None
+) -> list[dict]:
+    """Sorted by target, drafter, hardware, condition, temperature, job, depth."""
+    statement = _pairing_filter(
+        select(SpeedupCheck, Job.job_hash).join(Job, Job.id == SpeedupCheck.job_id),
+        SpeedupCheck,
+        target,
+        drafter,
+    ).order_by(
+        SpeedupCheck.target,
+        SpeedupCheck.drafter,
+        SpeedupCheck.hardware,
+        SpeedupCheck.condition,
+        SpeedupCheck.temperature,
+        SpeedupCheck.job_id,
+        SpeedupCheck.depth,
+    )
+    return [
+        {**{key: getattr(row, key) for key in SPEEDUP_KEYS}, "job_hash": job_hash}
         for row, job_hash in session.execute(statement)
     ]
 

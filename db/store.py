@@ -20,14 +20,20 @@ from sqlalchemy.orm import Session, sessionmaker
 from db import queries, writes
 from db.engine import mask_url, open_database
 from db.errors import StoreError, one_line
-from db.queries import BEST_KEYS, DIAGNOSTIC_KEYS, TUNED_KEYS, TUNED_OPTIONAL_KEYS
+from db.queries import BEST_KEYS, DIAGNOSTIC_KEYS, SPEEDUP_KEYS, TUNED_KEYS, TUNED_OPTIONAL_KEYS
 from db.tables import Base, Experiment, ExperimentJob, Job, utc_now
 
 if TYPE_CHECKING:  # only read through attributes, so db does not import pipeline at runtime
     from pipeline.types import Curve
 
 __all__ = [
-    "BEST_KEYS", "DIAGNOSTIC_KEYS", "Store", "StoreError", "TUNED_KEYS", "TUNED_OPTIONAL_KEYS"
+    "BEST_KEYS",
+    "DIAGNOSTIC_KEYS",
+    "SPEEDUP_KEYS",
+    "Store",
+    "StoreError",
+    "TUNED_KEYS",
+    "TUNED_OPTIONAL_KEYS",
 ]
 
 
@@ -36,7 +42,10 @@ _INSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 
 
 class Store:
-    """Experiments, jobs, measured curves, diagnostics and tuned configs in SQLite or PostgreSQL."""
+    """Experiments, jobs, curves, diagnostics, speedup checks and tuned configs in a database.
+
+    The database is a SQLite file or PostgreSQL.
+    """
 
     def __init__(self, url: str) -> None:
         """Open ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``), upgrade its schema.
@@ -134,14 +143,17 @@ class Store:
         result: dict,
         curves: Sequence[tuple[str, str, Curve]] | None = None,
         diagnostics: Sequence[dict] | None = None,
+        speedup_checks: Sequence[dict] | None = None,
         tuned: dict | None = None,
     ) -> None:
-        """Store a job's result, curves, diagnostics and tuned config in one transaction.
+        """Store a job's result, its measured rows and its tuned config in one transaction.
 
         ``curves`` holds one (target, drafter, Curve) per evaluation condition, each Curve
         naming its own condition and temperature. ``diagnostics`` holds dicts with exactly
-        DIAGNOSTIC_KEYS (depth 0 for a value of the whole curve). Either one, when given (even
-        empty), replaces all the rows of that kind the job stored before; None leaves them.
+        DIAGNOSTIC_KEYS (depth 0 for a value of the whole curve). ``speedup_checks`` holds
+        dicts with exactly SPEEDUP_KEYS, one per (condition, temperature, depth), depth 0 being
+        plain decoding; tokens_per_s must be > 0. Each of the three, when given (even empty),
+        replaces all the rows of that kind the job stored before; None leaves them.
         A tuned config needs TUNED_KEYS and may add TUNED_OPTIONAL_KEYS (``schedule`` as
         [[lo, hi, k], ...], and the curve, cost and drafter job hashes it came from). It becomes
         a new version (source 'offline'), the active one of its workload (target, drafter,
@@ -157,6 +169,8 @@ class Store:
                 writes.replace_curves(session, job, curves)
             if diagnostics is not None:
                 writes.replace_diagnostics(session, job, diagnostics)
+            if speedup_checks is not None:
+                writes.replace_speedup_checks(session, job, speedup_checks)
             if tuned is not None:
                 writes.add_offline_version(session, job, tuned)
 
@@ -227,6 +241,16 @@ class Store:
             return queries.diagnostic_values(
                 session, target=target, drafter=drafter, condition=condition
             )
+
+    def speedup_rows(
+        self, *, target: str | None = None, drafter: str | None = None
+    ) -> list[dict]:
+        """SPEEDUP_KEYS plus job_hash, one dict per benchmarked depth.
+
+        Sorted by target, drafter, hardware, condition, temperature, job, then depth.
+        """
+        with self._sessions() as session:
+            return queries.speedup_checks(session, target=target, drafter=drafter)
 
     def experiments(self) -> list[dict]:
         with self._sessions() as session:

@@ -1,9 +1,9 @@
 """ORM tables of the tuned-config database.
 
 Column names follow the metric names used everywhere else (``depth``, ``cond_accept``,
-``survival``, ``accept_len``, ``cost_ratio``). Rows never leave the ``db`` package: the store
-turns them into plain dicts. ``migrations/versions`` must create exactly these tables;
-``tests/test_store.py`` checks that the two agree.
+``survival``, ``accept_len``, ``cost_ratio``, ``tokens_per_s``). Rows never leave the
+``db`` package: the store turns them into plain dicts. ``migrations/versions`` must create
+exactly these tables; ``tests/test_store.py`` checks that the two agree.
 """
 from __future__ import annotations
 
@@ -177,6 +177,29 @@ class Diagnostic(MeasuredAt, Base):
 
     name: Mapped[str] = mapped_column(String(TAG_LEN))
     value: Mapped[float] = mapped_column(Float)
+
+
+class SpeedupCheck(MeasuredAt, Base):
+    """One row per depth of one engine benchmark: the real engine at depth k versus the model.
+
+    Depth 0 is plain decoding, the baseline: measured_speedup 1 and accept_len 1. Depths
+    1..max_depth speculate; ``measured_speedup`` is tokens_per_s over depth 0's, and
+    ``predicted_speedup`` is the cost model's value for the same depth.
+    """
+
+    __tablename__ = "speedup_checks"
+    __table_args__ = (
+        UniqueConstraint("job_id", "condition", "temperature", "depth"),
+        CheckConstraint("depth >= 0", name="depth"),
+        CheckConstraint("tokens_per_s > 0", name="tokens_per_s"),
+        Index(None, "target", "drafter"),
+    )
+
+    hardware: Mapped[str] = mapped_column(String(NAME_LEN))
+    tokens_per_s: Mapped[float] = mapped_column(Float)
+    measured_speedup: Mapped[float] = mapped_column(Float)
+    predicted_speedup: Mapped[float] = mapped_column(Float)
+    accept_len: Mapped[float] = mapped_column(Float)
 
 
 class TunedConfig(Base):

@@ -17,14 +17,37 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from db.errors import StoreError
-from db.queries import DIAGNOSTIC_KEYS, TUNED_KEYS, TUNED_OPTIONAL_KEYS, WORKLOAD_KEYS
-from db.tables import HASH_LEN, NAME_LEN, TAG_LEN, CurvePoint, Diagnostic, Job, TunedConfig
+from db.queries import (
+    DIAGNOSTIC_KEYS,
+    SPEEDUP_KEYS,
+    TUNED_KEYS,
+    TUNED_OPTIONAL_KEYS,
+    WORKLOAD_KEYS,
+)
+from db.tables import (
+    HASH_LEN,
+    NAME_LEN,
+    TAG_LEN,
+    CurvePoint,
+    Diagnostic,
+    Job,
+    SpeedupCheck,
+    TunedConfig,
+)
 
 if TYPE_CHECKING:  # only read through attributes, so db does not import pipeline at runtime
     from pipeline.types import Curve
 
-# The longest string each text column of a diagnostic takes.
+# The longest string each text column of a diagnostic takes, and its number columns.
 _DIAGNOSTIC_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN, "name": TAG_LEN}
+_DIAGNOSTIC_NUMBERS = ("value", "temperature")
+# The same for a speedup check.
+_SPEEDUP_TEXT = {
+    "target": NAME_LEN, "drafter": NAME_LEN, "hardware": NAME_LEN, "condition": TAG_LEN
+}
+_SPEEDUP_NUMBERS = (
+    "temperature", "tokens_per_s", "measured_speedup", "predicted_speedup", "accept_len"
+)
 # The longest string each text column of a tuned config takes, and whether it is required.
 _TUNED_TEXT = {
     "target": (NAME_LEN, True),
@@ -91,32 +114,65 @@ def replace_diagnostics(session: Session, job: Job, diagnostics: Sequence[dict])
     rows = []
     for index, entry in enumerate(diagnostics):
         where = f"diagnostics[{index}] of job {job.job_hash}"
-        rows.append(Diagnostic(job_id=job.id, **_checked_diagnostic(entry, where)))
+        values = _checked_row(
+            entry, where, keys=DIAGNOSTIC_KEYS, text=_DIAGNOSTIC_TEXT, numbers=_DIAGNOSTIC_NUMBERS
+        )
+        rows.append(Diagnostic(job_id=job.id, **values))
     session.execute(delete(Diagnostic).where(Diagnostic.job_id == job.id))
     session.add_all(rows)
     session.flush()  # so a repeated (condition, temperature, depth, name) fails here
 
 
-def _checked_diagnostic(entry: object, where: str) -> dict:
+def replace_speedup_checks(session: Session, job: Job, rows: Sequence[dict]) -> None:
+    """Replace the job's speedup checks; each entry needs exactly SPEEDUP_KEYS.
+
+    One entry per (condition, temperature, depth), depth 0 being plain decoding.
+    """
+    checks = []
+    for index, entry in enumerate(rows):
+        where = f"speedup_checks[{index}] of job {job.job_hash}"
+        values = _checked_row(
+            entry, where, keys=SPEEDUP_KEYS, text=_SPEEDUP_TEXT, numbers=_SPEEDUP_NUMBERS
+        )
+        if values["tokens_per_s"] <= 0:
+            raise StoreError(f"{where}: tokens_per_s must be > 0, got {entry['tokens_per_s']!r}")
+        checks.append(SpeedupCheck(job_id=job.id, **values))
+    session.execute(delete(SpeedupCheck).where(SpeedupCheck.job_id == job.id))
+    session.add_all(checks)
+    session.flush()  # so a repeated (condition, temperature, depth) fails here
+
+
+def _checked_row(
+    entry: object,
+    where: str,
+    *,
+    keys: Sequence[str],
+    text: dict[str, int],
+    numbers: Sequence[str],
+) -> dict:
+    """The column values of ``entry``, which needs exactly ``keys``; refused with StoreError
+    unless each ``text`` key is a string within its length, depth an integer >= 0, and each
+    ``numbers`` key a finite number."""
     if not isinstance(entry, dict):
         raise StoreError(f"{where}: need a dict, got {type(entry).__name__}")
-    missing = [key for key in DIAGNOSTIC_KEYS if key not in entry]
-    unknown = sorted(set(entry) - set(DIAGNOSTIC_KEYS))
+    missing = [key for key in keys if key not in entry]
+    unknown = sorted(set(entry) - set(keys))
     if missing or unknown:
         raise StoreError(f"{where}: missing keys {missing}, unknown keys {unknown}")
-    for key, limit in _DIAGNOSTIC_TEXT.items():
-        text = entry[key]
-        if not isinstance(text, str) or not text or len(text) > limit:
+    for key, limit in text.items():
+        value = entry[key]
+        if not isinstance(value, str) or not value or len(value) > limit:
             raise StoreError(
-                f"{where}: {key} must be a string of 1..{limit} characters, got {text!r}"
+                f"{where}: {key} must be a string of 1..{limit} characters, got {value!r}"
             )
-    depth, value, temperature = entry["depth"], entry["value"], entry["temperature"]
+    depth = entry["depth"]
     if not isinstance(depth, Integral) or isinstance(depth, bool) or depth < 0:
         raise StoreError(f"{where}: depth must be an integer >= 0, got {depth!r}")
-    for key, number in (("value", value), ("temperature", temperature)):
+    for key in numbers:
+        number = entry[key]
         if not isinstance(number, Real) or isinstance(number, bool) or not math.isfinite(number):
             raise StoreError(f"{where}: {key} must be a finite number, got {number!r}")
-    return {**entry, "depth": int(depth), "value": float(value), "temperature": float(temperature)}
+    return {**entry, "depth": int(depth), **{key: float(entry[key]) for key in numbers}}
 
 
 def add_offline_version(session: Session, job: Job, tuned: dict) -> None:

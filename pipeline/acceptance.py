@@ -123,24 +123,63 @@ def bootstrap_accept_len(per_prompt: Sequence[Sequence[float]], *, n_boot: int, 
     return out
 
 
-def choose_depth(curve: Curve, cost_ratio: float, *, per_prompt=None, seed: int = 0, n_boot: int = 1000,
-                 level: float = 0.9) -> DepthChoice:
+def decode_walk(accepted: Sequence[int], depth: int) -> tuple[int, int]:
+    """(tokens emitted, target passes) of decoding at `depth` over a run of chain starts.
+
+    accepted[c]: drafts accepted by the chain starting at position c (of a deeper chain: capped
+    here at depth). A decoder does not start a chain at every position: after a pass that
+    accepted n drafts, the next chain starts n + 1 positions later. Hard stretches, where
+    passes emit one token each, therefore weigh more per pass than in a mean over positions.
+    """
+    tokens = passes = c = 0
+    while c < len(accepted):
+        n = min(accepted[c], depth)
+        tokens, passes, c = tokens + n + 1, passes + 1, c + n + 1
+    return tokens, passes
+
+
+def walk_accept_len(walks: Sequence[Sequence[Sequence[int]]]) -> list[float]:
+    """Pooled tokens per target pass at every k; walks: per prompt, [tokens, passes] for k = 0..K."""
+    depths = len(walks[0])
+    return [sum(w[k][0] for w in walks) / sum(w[k][1] for w in walks) for k in range(depths)]
+
+
+def bootstrap_walks(walks, *, n_boot: int, seed: int) -> list[list[float]]:
+    """walk_accept_len on `n_boot` resamples of the prompts (with replacement)."""
+    rng = random.Random(seed)
+    n = len(walks)
+    return [walk_accept_len([walks[rng.randrange(n)] for _ in range(n)]) for _ in range(n_boot)]
+
+
+def choose_depth(curve: Curve, cost_ratio: float, *, pass_cost: Sequence[float] | None = None, per_prompt=None,
+                 walks=None, seed: int = 0, n_boot: int = 1000, level: float = 0.9) -> DepthChoice:
     """The k in 0..max_depth with the highest predicted speedup (the smaller k on a tie).
 
-    With per-prompt data, depths whose speedup is within noise of the best (the bootstrap
-    interval of their paired difference to the best contains 0) count as equal, and the
-    smallest of them is chosen: a smaller depth wastes less when acceptance falls.
+    Tokens per target pass are the curve's decode_accept_len when it has one (the positions a
+    decoder visits), else its accept_len. A target pass at depth k costs `k * cost_ratio + 1`
+    decode steps (Leviathan's model), or `pass_cost[k]` when the engine's iteration at every
+    depth was timed (pass_cost[0] = 1). With per-prompt data (`walks` for decode_accept_len,
+    `per_prompt` for accept_len), depths whose speedup is within noise of the best (the
+    bootstrap interval of their paired difference to the best contains 0) count as equal, and
+    the smallest of them is chosen: a smaller depth wastes less when acceptance falls.
     """
     if cost_ratio <= 0:
         raise ValueError(f"cost_ratio must be > 0, got {cost_ratio}")
-    speedups = curve_speedup(curve.accept_len, cost_ratio)
+    tokens = curve.decode_accept_len or curve.accept_len
+    cost = list(pass_cost) if pass_cost is not None else [k * cost_ratio + 1.0 for k in range(len(tokens))]
+    if len(cost) != len(tokens) or min(cost) <= 0:
+        raise ValueError(f"pass_cost needs a positive cost for every k = 0..{curve.max_depth}, got {cost}")
+    speedups = [a / c for a, c in zip(tokens, cost)]
     best = max(range(len(speedups)), key=lambda k: (speedups[k], -k))
     chosen, ci = best, None
-    if per_prompt:
-        boots = bootstrap_accept_len(per_prompt, n_boot=n_boot, seed=seed)
+    if curve.decode_accept_len:
+        boots = bootstrap_walks(walks, n_boot=n_boot, seed=seed) if walks else None
+    else:
+        boots = bootstrap_accept_len(per_prompt, n_boot=n_boot, seed=seed) if per_prompt else None
+    if boots:
         tail = (1.0 - level) / 2
         for k in range(best):
-            diffs = sorted(b[best] / (best * cost_ratio + 1) - b[k] / (k * cost_ratio + 1) for b in boots)
+            diffs = sorted(b[best] / cost[best] - b[k] / cost[k] for b in boots)
             if diffs[int(tail * (n_boot - 1))] <= 0.0:  # the interval of the difference reaches 0
                 chosen = k
                 break
@@ -148,7 +187,7 @@ def choose_depth(curve: Curve, cost_ratio: float, *, per_prompt=None, seed: int 
         ci = (values[int(tail * (n_boot - 1))], values[int((1 - tail) * (n_boot - 1))])
     return DepthChoice(
         depth=chosen,
-        accept_len=curve.accept_len[chosen],
+        accept_len=tokens[chosen],
         speedup=speedups[chosen],
         cost_ratio=cost_ratio,
         speedups=tuple(speedups),

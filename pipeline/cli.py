@@ -1,4 +1,4 @@
-"""The `specfleet` command: validate, run, best, status.
+"""The `specfleet` command: validate, run, best, speedups, status, autotune, drift.
 
 The CLI takes a spec path and switches that say where things live (work directory, database,
 MLflow, Ray cluster); everything that changes results is in the spec.
@@ -101,6 +101,11 @@ def run(
             from pipeline.report import best_table
 
             out.print(best_table(rows))
+        checks = _speedup_checks(plan, store)
+        if checks:
+            from pipeline.report import speedup_table
+
+            out.print(speedup_table(checks))
         for h, reason in summary.failed.items():
             err.print(f"[red]failed[/red] {names[h]}: {reason}")
         if summary.failed:
@@ -118,6 +123,16 @@ def _selected(plan, store) -> list[dict]:
             rows.append({"target": job.target, "drafter": job.drafter, "hardware": stored["hardware"],
                          **stored["choice"]})
     return rows
+
+
+def _speedup_checks(plan, store) -> list[tuple[str, str, dict]]:
+    """The engine benchmarks of this plan's measure_speedup jobs (run now or reused)."""
+    found = []
+    for job in plan.jobs:
+        stored = store.finished_result(job.hash) if job.kind == "measure_speedup" else None
+        if stored is not None:
+            found.append((job.target, job.drafter, stored["speedup_check"]))
+    return found
 
 
 def _print_plan(plan, workdir: Path, db: str | None) -> None:
@@ -162,6 +177,35 @@ def best(
     from pipeline.report import best_table
 
     out.print(best_table(rows))
+
+
+@app.command()
+def speedups(
+    target: Annotated[Optional[str], typer.Option("--target", help="Only this target.")] = None,
+    drafter: Annotated[Optional[str], typer.Option("--drafter", help="Only this drafter.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows (one per depth) as a JSON list.")] = False,
+    workdir: WorkdirOpt = Path(".specfleet"),
+    db: DbOpt = None,
+):
+    """Predicted vs measured speedup per depth, from the engine benchmarks in the database."""
+    store = _store(workdir, db)
+    try:
+        rows = store.speedup_rows(target=target, drafter=drafter)
+        checks = []
+        for job_hash in dict.fromkeys(r["job_hash"] for r in rows):  # one benchmark per job, in row order
+            mine = next(r for r in rows if r["job_hash"] == job_hash)
+            checks.append((mine["target"], mine["drafter"], store.finished_result(job_hash)["speedup_check"]))
+    finally:
+        store.close()
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        return
+    if not rows:
+        err.print("no engine benchmarks yet: add a `validation:` section to the spec and run it")
+        raise typer.Exit(1)
+    from pipeline.report import speedup_table
+
+    out.print(speedup_table(checks))
 
 
 @app.command()

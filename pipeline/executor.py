@@ -185,10 +185,11 @@ def _finish(ctx: Context, cl, job: Job, ref, runs: dict, summary: RunSummary) ->
     try:
         stored = stored_result(job, result, ctx.checkpoints)
         log_job(ctx.tracker, run_id, job, stored)
-        curves, diagnostics, tuned = db_extras(job, stored, experiment_id=ctx.experiment_id,
+        curves, diagnostics, tuned, speedups = db_extras(job, stored, experiment_id=ctx.experiment_id,
                                                spec_hash=ctx.plan.spec_hash, code_version=ctx.plan.code_version,
                                                run_id=run_id, jobs=ctx.plan.by_hash())
-        ctx.store.mark_done(job.hash, result=stored, curves=curves, diagnostics=diagnostics, tuned=tuned)
+        ctx.store.mark_done(job.hash, result=stored, curves=curves, diagnostics=diagnostics, tuned=tuned,
+                            speedup_checks=speedups)
     except Exception as exc:  # the job ran but could not be recorded: it stays not done, so it reruns
         _record_failure(ctx, job.hash, runs, summary, f"recording failed: {_one_line(exc)}")
         return

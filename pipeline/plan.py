@@ -1,7 +1,7 @@
 """Planning: an experiment spec becomes a graph of jobs, each keyed by a content hash.
 
 train_target (built-in targets only) -> train_drafter -> measure_curve, profile_cost
--> select_depth. A job's hash covers exactly what determines its result: its kind, its
+-> select_depth [-> measure_speedup, when the spec asks for validation]. A job's hash covers exactly what determines its result: its kind, its
 config, the hashes of its inputs and the code version. An unchanged job keeps its hash, so a
 rerun reuses its finished result.
 """
@@ -88,9 +88,15 @@ def build_plan(spec: ExperimentSpec, code_version: Callable[[str | None], str] |
                    {**source, "cost": spec.cost.model_dump(mode="json", exclude={"cost_ratio", "max_batch_size"}),
                     "max_depth": spec.evaluation.max_depth, "seed": spec.seed},
                    inputs, target.name, drafter.name)
-        add("select_depth", f"select_depth {pair}", {**names, "cost_ratio": spec.cost.cost_ratio, "seed": spec.seed,
-                                                     "max_batch_size": spec.cost.max_batch_size},
-            {"curve": curve, "cost": cost}, target.name, drafter.name)
+        depth = add("select_depth", f"select_depth {pair}",
+                    {**names, "cost_ratio": spec.cost.cost_ratio, "seed": spec.seed,
+                     "max_batch_size": spec.cost.max_batch_size},
+                    {"curve": curve, "cost": cost}, target.name, drafter.name)
+        if spec.validation is not None:
+            add("measure_speedup", f"measure_speedup {pair}",
+                {**source, **names, "evaluation": spec.evaluation.model_dump(mode="json"),
+                 "validation": spec.validation.model_dump(mode="json"), "seed": spec.seed},
+                {**inputs, "depth": depth}, target.name, drafter.name)
     return Plan(spec.content_hash(), version(None), tuple(jobs.values()))
 
 
@@ -104,7 +110,7 @@ def _placement(kind: str, num_cpus: float, num_gpus: float) -> dict:
     if kind == "select_depth":
         return {}
     placement = {"device": "cuda" if num_gpus > 0 else "cpu"}
-    if kind == "profile_cost":
+    if kind in ("profile_cost", "measure_speedup"):  # timings
         placement["num_cpus"] = num_cpus
         placement["num_gpus"] = num_gpus
     return placement

@@ -7,6 +7,7 @@ accepted tokens and the accepted tokens per draft position. Two scrapes give a w
 """
 from __future__ import annotations
 
+import math
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,9 +81,27 @@ def parse_counters(text: str, model_name: str | None = None) -> SpecDecodeCounte
     gaps = sorted(set(range(max(per_pos) + 1)) - set(per_pos))
     if gaps:
         raise UserError(f"--from-metrics: accepted-per-position counters missing for positions {gaps}")
+    _check_positions(totals, per_pos)
     name = model_name if model_name is not None else next(iter(models))
     return SpecDecodeCounters(name, totals["num_drafts"], totals["num_draft_tokens"], totals["num_accepted_tokens"],
                               tuple(per_pos[i] for i in range(len(per_pos))))
+
+
+def _check_positions(totals: dict[str, float], per_pos: dict[int, float]) -> None:
+    """Every draft position must be there: vLLM counts num_draft_tokens = sum of the drafts' lengths
+    and num_accepted_tokens = the sum over positions, so a trimmed exposition shows in both."""
+    positions = len(per_pos)
+    drafts, draft_tokens, accepted = totals["num_drafts"], totals["num_draft_tokens"], totals["num_accepted_tokens"]
+    if drafts > 0 and draft_tokens > drafts * positions * (1 + 1e-9):
+        deepest = math.ceil(draft_tokens / drafts - 1e-9)
+        raise UserError(f"--from-metrics: {draft_tokens:g} draft tokens over {drafts:g} drafts means some drafts had "
+                        f"{deepest} tokens, but the accepted-per-position counters stop at position {positions - 1}: "
+                        f"positions {list(range(positions, deepest))} are missing (a trimmed exposition?)")
+    counted = sum(per_pos.values())
+    if not math.isclose(counted, accepted, rel_tol=1e-6, abs_tol=0.5):
+        raise UserError(f"--from-metrics: accepted-per-position counters add up to {counted:g} but "
+                        f"vllm:spec_decode_num_accepted_tokens_total is {accepted:g}; positions are missing "
+                        "or the counters come from different scrapes")
 
 
 def window(before: SpecDecodeCounters, after: SpecDecodeCounters) -> SpecDecodeCounters:

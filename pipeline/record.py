@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from pipeline.plan import Job
-from pipeline.report import plot_comparison, plot_curve, plot_drift, plot_speedup
+from pipeline.report import plot_comparison, plot_curve, plot_drift, plot_speedup, plot_speedup_check
 from pipeline.tracking import Tracker
 from pipeline.types import CostProfile, Curve, DepthChoice
 
@@ -76,6 +76,8 @@ def log_job(tracker: Tracker, run_id: str, job: Job, stored: dict) -> None:
                                              "accept_len_hi": choice.accept_len_ci[1],
                                              "best_point_depth": choice.best_point})
             tracker.log_artifact(run_id, plot_speedup(choice, Path(tmp) / "speedup.png", _pair(job)))
+        if "speedup_check" in stored:
+            log_speedup_check(tracker, run_id, stored["speedup_check"], Path(tmp) / "speedup_check.png", _pair(job))
         if "schedule" in stored:  # the per-batch-size depths: [[lo, hi, k], ...], inclusive ranges
             path = Path(tmp) / "schedule.json"
             path.write_text(json.dumps({"schedule": stored["schedule"], "batch_depths": stored["batch_depths"]}))
@@ -109,6 +111,28 @@ def log_diagnostics(tracker: Tracker, run_id: str, rows: list[dict]) -> None:
         tracker.log_series(run_id, key, points)
 
 
+def log_speedup_check(tracker: Tracker, run_id: str, check: dict, plot: Path, title: str) -> None:
+    """Measured vs predicted speedup with step = depth, the verdict, and their plot."""
+    for name in ("tokens_per_s", "measured_speedup", "predicted_speedup", "accept_len"):
+        tracker.log_series(run_id, name, list(enumerate(check[name])))
+    tracker.log_metrics(run_id, {"chosen_depth": check["chosen_depth"],
+                                 "best_measured_depth": check["best_measured_depth"],
+                                 "chosen_vs_best": check["chosen_vs_best"], "passed": float(check["passed"]),
+                                 "greedy_mismatches": check["greedy_mismatches"]})
+    tracker.log_artifact(run_id, plot_speedup_check(check, plot, title))
+
+
+def speedup_rows(job: Job, check: dict) -> list[dict]:
+    """One database row per depth k = 0..max_depth of an engine benchmark."""
+    return [
+        {"target": job.target, "drafter": job.drafter, "hardware": check["hardware"],
+         "condition": check["condition"], "temperature": check["temperature"], "depth": k,
+         "tokens_per_s": check["tokens_per_s"][k], "measured_speedup": check["measured_speedup"][k],
+         "predicted_speedup": check["predicted_speedup"][k], "accept_len": check["accept_len"][k]}
+        for k in range(len(check["tokens_per_s"]))
+    ]
+
+
 def provenance(job: Job, jobs: dict[str, Job]) -> dict:
     """The curve, cost-table and drafter jobs a select job's decision came from."""
     deps = dict(job.deps)
@@ -119,8 +143,10 @@ def provenance(job: Job, jobs: dict[str, Job]) -> dict:
 
 def db_extras(job: Job, stored: dict, *, experiment_id: int, spec_hash: str, code_version: str, run_id: str,
               jobs: dict[str, Job]):
-    """The curve rows, diagnostics rows and tuned-config row that go with a job's result, if any."""
-    curves = diagnostics = tuned = None
+    """The curve, diagnostics, tuned-config and speedup-check rows that go with a job's result, if any."""
+    curves = diagnostics = tuned = speedups = None
+    if "speedup_check" in stored:
+        speedups = speedup_rows(job, stored["speedup_check"])
     if "curves" in stored:
         curves = [(job.target, job.drafter, Curve.from_dict(c)) for c in stored["curves"]]
         diagnostics = [{"target": job.target, "drafter": job.drafter, **row} for row in stored.get("diagnostics", [])]
@@ -134,7 +160,7 @@ def db_extras(job: Job, stored: dict, *, experiment_id: int, spec_hash: str, cod
             "code_version": code_version, "mlflow_run_id": run_id, "schedule": stored.get("schedule"),
             **provenance(job, jobs),
         }
-    return curves, diagnostics, tuned
+    return curves, diagnostics, tuned, speedups
 
 
 def _pair(job: Job) -> str:

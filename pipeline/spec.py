@@ -19,7 +19,7 @@ from pydantic import (
 from pipeline.errors import SpecError
 from pipeline.yaml_lines import line_of
 
-JOB_KINDS = ("train_target", "train_drafter", "measure_curve", "profile_cost", "select_depth")
+JOB_KINDS = ("train_target", "train_drafter", "measure_curve", "profile_cost", "select_depth", "measure_speedup")
 DRAFTER_KINDS = ("eagle3", "standalone")
 Corpus = Literal["stdlib", "pydoc", "chat"]
 PROMPT_CONDITIONS = ("default", "template+bos", "template_no_bos", "no_template", "no_template_no_bos",
@@ -224,6 +224,17 @@ class Cost(Strict):
         return self
 
 
+class Validation(Strict):
+    """Run the real speculative engine at every depth and compare with the predicted speedup."""
+
+    num_prompts: int = Field(8, ge=1, description="held-out prompts decoded at every depth k = 0..max_depth")
+    new_tokens: int = Field(64, ge=2, description="tokens decoded per prompt and depth")
+    repeats: int = Field(1, ge=1, description="passes over the prompts")
+    warmup_prompts: int = Field(1, ge=0, description="prompts decoded untimed first, at every depth")
+    tolerance: float = Field(0.05, ge=0, lt=1, description="the chosen depth must reach (1 - tolerance) x "
+                                                             "the best measured tokens/s")
+
+
 class Resources(Strict):
     num_cpus: float = Field(1, ge=0)
     num_gpus: float = Field(0, ge=0)
@@ -241,6 +252,7 @@ class ExperimentSpec(Strict):
     pairings: Literal["all"] | list[Pairing] = "all"
     evaluation: Evaluation = Evaluation()
     cost: Cost = Cost()
+    validation: Validation | None = None
     resources: dict[Literal[JOB_KINDS], Resources] = Field(default_factory=_default_resources)
 
     @field_validator("pairings")

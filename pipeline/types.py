@@ -22,6 +22,9 @@ class Curve:
     cond_accept: tuple[float, ...]
     survival: tuple[float, ...]
     accept_len: tuple[float, ...]
+    # tokens per target pass when decoding at depth k = 0..max_depth, over the chain starts a
+    # decoder actually visits (see acceptance.decode_walk); empty when not measured
+    decode_accept_len: tuple[float, ...] = ()
 
     @property
     def max_depth(self) -> int:
@@ -39,6 +42,7 @@ class Curve:
             cond_accept=tuple(float(x) for x in d["cond_accept"]),
             survival=tuple(float(x) for x in d["survival"]),
             accept_len=tuple(float(x) for x in d["accept_len"]),
+            decode_accept_len=tuple(float(x) for x in d.get("decode_accept_len", ())),
         )
 
 
@@ -53,6 +57,9 @@ class CostProfile:
     batch_sizes: tuple[int, ...] = (1,)
     draft_ms_by_batch: tuple[float, ...] = ()  # per batch size
     verify_ms_by_batch: tuple[tuple[float, ...], ...] = ()  # per batch size, per k = 0..max_depth (k+1 tokens)
+    # one whole iteration of the speculative engine at batch size 1, per k = 0..max_depth: k drafter
+    # forwards, the verify pass and the engine's own bookkeeping (k = 0: one plain decode step)
+    pass_ms: tuple[float, ...] = ()
 
     @property
     def cost_ratio(self) -> float:
@@ -71,6 +78,7 @@ class CostProfile:
             batch_sizes=tuple(int(b) for b in d.get("batch_sizes", (1,))),
             draft_ms_by_batch=tuple(float(x) for x in d.get("draft_ms_by_batch", ())),
             verify_ms_by_batch=tuple(tuple(float(x) for x in row) for row in d.get("verify_ms_by_batch", ())),
+            pass_ms=tuple(float(x) for x in d.get("pass_ms", ())),
         )
 
 

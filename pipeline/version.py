@@ -25,6 +25,7 @@ KIND_ROOTS = {
     "measure_curve": (*_COMMON, "workers/measure.py", "workers/train_drafter.py", "workers/standalone.py"),
     "profile_cost": (*_COMMON, "workers/cost.py", "workers/train_drafter.py", "workers/standalone.py"),
     "select_depth": (*_COMMON, "pipeline/acceptance.py", "pipeline/emitters.py"),
+    "measure_speedup": (*_COMMON, "workers/speedup.py", "workers/train_drafter.py", "workers/standalone.py"),
 }
 
 

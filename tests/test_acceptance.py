@@ -154,3 +154,27 @@ def test_depth_falls_to_zero_as_verification_becomes_compute_bound():
                        verify_ms_by_batch=tuple(tuple(verify[b]) for b in (1, 16, 256)))
     depths = depth_per_batch(curve, cost)
     assert depths[1] >= depths[16] > depths[256] == 0
+
+
+def test_decode_walk_starts_a_chain_only_after_each_pass():
+    from pipeline.acceptance import decode_walk, walk_accept_len
+
+    assert decode_walk([0, 0, 0], 3) == (3, 3)
+    assert decode_walk([2, 5, 0, 1, 0], 3) == (5, 2)  # passes at 0 (2 kept) and 3 (1 kept)
+    assert decode_walk([2, 5, 0, 1, 0], 1) == (5, 3)  # passes at 0, 2 and 3
+    assert decode_walk([2, 5, 0, 1, 0], 0) == (5, 5)  # plain decoding: one token per pass
+    assert walk_accept_len([[[3, 3], [5, 3]], [[2, 2], [3, 1]]]) == [1.0, 2.0]
+
+
+def test_choice_uses_decoder_tokens_per_pass_and_timed_passes_when_given():
+    from pipeline.acceptance import choose_depth
+    from pipeline.types import Curve
+
+    curve = Curve(condition="c", temperature=0.0, num_chains=9, cond_accept=(0.9, 0.9), survival=(0.9, 0.81),
+                  accept_len=(1.0, 1.9, 2.71), decode_accept_len=(1.0, 1.5, 1.6))
+    plain = choose_depth(curve, 0.1)
+    assert plain.speedups == pytest.approx((1.0, 1.5 / 1.1, 1.6 / 1.2)) and plain.depth == 1
+    timed = choose_depth(curve, 0.1, pass_cost=[1.0, 1.6, 1.7])
+    assert timed.depth == 0 and timed.speedups == pytest.approx((1.0, 1.5 / 1.6, 1.6 / 1.7))
+    with pytest.raises(ValueError, match="pass_cost"):
+        choose_depth(curve, 0.1, pass_cost=[1.0, 1.6])

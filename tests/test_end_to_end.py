@@ -29,6 +29,7 @@ SPEC = {
     ],
     "evaluation": {"max_depth": 3, "num_prompts": 4, "prompt_len": 16, "continuation_len": 8},
     "cost": {"context_len": 16, "warmup": 1, "repeats": 2, "batch_sizes": [1, 4], "max_batch_size": 16},
+    "validation": {"num_prompts": 2, "new_tokens": 8, "warmup_prompts": 0},
 }
 
 
@@ -62,12 +63,13 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
     spec.write_text(yaml.safe_dump(SPEC))
     first = specfleet("run", str(spec), "--address", ray_cluster, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "9 ran, 0 reused, 0 failed" in first.stdout
+    assert "11 ran, 0 reused, 0 failed" in first.stdout
+    assert "predicted vs measured speedup" in first.stdout
 
     # the database: every job done with its MLflow run, a curve per pairing, a tuned config per pairing
     store = Store(f"sqlite:///{tmp_path / '.specfleet' / 'specfleet.db'}")
     jobs = store.jobs()
-    assert len(jobs) == 9 and {j["status"] for j in jobs} == {"done"}
+    assert len(jobs) == 11 and {j["status"] for j in jobs} == {"done"}
     assert all(j["attempts"] == 1 and j["mlflow_run_id"] for j in jobs)
     best = store.best()
     assert {(r["target"], r["drafter"]) for r in best} == {("t0", "pre"), ("t0", "post")}
@@ -75,12 +77,19 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
         assert 0 <= row["depth"] <= 3 and row["cost_ratio"] > 0 and row["hardware"].startswith("cpu")
         curve = [c for c in store.curve_rows(target="t0", drafter=row["drafter"])]
         assert [c["depth"] for c in curve] == [1, 2, 3]
-        acc = {c["depth"]: c["accept_len"] for c in curve} | {0: 1.0}
-        assert row["accept_len"] == pytest.approx(acc[row["depth"]])
-        assert row["speedup"] == pytest.approx(acc[row["depth"]] / (row["depth"] * row["cost_ratio"] + 1))
         diags = store.diagnostic_rows(target="t0", drafter=row["drafter"])
         assert {(d["name"], d["depth"]) for d in diags if d["depth"] > 0} == {
-            (n, k) for n in ("rms", "sink_attn", "recent_attn", "attn_entropy") for k in (1, 2, 3)}
+            (n, k) for n in ("rms", "sink_attn", "recent_attn", "attn_entropy", "decode_accept_len") for k in (1, 2, 3)}
+        # the choice: tokens per pass of a decoder at that depth over the timed engine iteration
+        tokens = {d["depth"]: d["value"] for d in diags if d["name"] == "decode_accept_len"} | {0: 1.0}
+        passes = store.finished_result(row["cost_job_hash"])["cost"]["pass_ms"]
+        assert row["accept_len"] == pytest.approx(tokens[row["depth"]])
+        assert row["speedup"] == pytest.approx(tokens[row["depth"]] * passes[0] / passes[row["depth"]])
+        # the engine benchmark: every depth, plain decoding as the baseline, the prediction beside it
+        bench = store.speedup_rows(target="t0", drafter=row["drafter"])
+        assert [b["depth"] for b in bench] == [0, 1, 2, 3] and bench[0]["measured_speedup"] == 1.0
+        assert bench[row["depth"]]["predicted_speedup"] == pytest.approx(row["speedup"])
+        assert all(b["tokens_per_s"] > 0 and 1.0 <= b["accept_len"] <= b["depth"] + 1 for b in bench)
     store.close()
 
     # MLflow: a parent run and one child run per job, curves with step = depth, checkpoints and plots
@@ -88,7 +97,7 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
     exp = client.get_experiment_by_name("specfleet/e2e")
     runs = client.search_runs([exp.experiment_id])
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(runs) == 10 and len(children) == 9
+    assert len(runs) == 12 and len(children) == 11
     assert {r.data.tags["specfleet.job_hash"] for r in children} == {j["job_hash"] for j in jobs}
     for r in children:
         kind = r.data.tags["specfleet.kind"]
@@ -104,6 +113,9 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
             assert "checkpoint/model.safetensors" in inner
         if kind == "select_depth":
             assert len(client.get_metric_history(r.info.run_id, "speedup")) == 4 and "speedup.png" in paths
+        if kind == "measure_speedup":
+            steps = sorted(m.step for m in client.get_metric_history(r.info.run_id, "measured_speedup"))
+            assert steps == [0, 1, 2, 3] and "speedup_check.png" in paths
 
     # `best --json` answers from the database
     out = specfleet("best", "--json", cwd=tmp_path)
@@ -111,6 +123,9 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
     rows = json.loads(out.stdout)
     assert {"target", "drafter", "depth", "accept_len", "speedup", "cost_ratio"} <= set(rows[0])
     assert len(specfleet("best", "--json", "--drafter", "post", cwd=tmp_path).stdout.split('"drafter"')) == 2
+    bench = specfleet("speedups", "--json", cwd=tmp_path)
+    assert bench.returncode == 0 and len(json.loads(bench.stdout)) == 8
+    assert "best measured" in specfleet("speedups", cwd=tmp_path).stdout
 
     # autotune: a ready vLLM config whose drafter path holds an exported EAGLE-3 checkpoint
     tuned = specfleet("autotune", "--engine", "vllm", "--target", "t0", "--drafter", "pre", cwd=tmp_path)
@@ -128,21 +143,21 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
     # an unchanged rerun reuses every job and duplicates no MLflow run
     again = specfleet("run", str(spec), "--address", ray_cluster, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "0 ran, 9 reused, 0 failed" in again.stdout
-    assert len(client.search_runs([exp.experiment_id])) == 10
+    assert "0 ran, 11 reused, 0 failed" in again.stdout
+    assert len(client.search_runs([exp.experiment_id])) == 12
 
     # a changed evaluation reruns only what it affects; reused training jobs are not recorded again
     deeper = dict(SPEC, evaluation={**SPEC["evaluation"], "max_depth": 2})
     spec.write_text(yaml.safe_dump(deeper))
     partial = specfleet("run", str(spec), "--address", ray_cluster, cwd=tmp_path)
     assert partial.returncode == 0, partial.stderr[-3000:]
-    assert "6 ran, 3 reused, 0 failed" in partial.stdout
+    assert "8 ran, 3 reused, 0 failed" in partial.stdout
     store = Store(f"sqlite:///{tmp_path / '.specfleet' / 'specfleet.db'}")
     trained = [j for j in store.jobs() if j["kind"].startswith("train")]
     assert len(trained) == 3 and all(j["attempts"] == 1 for j in trained)
     assert len(store.experiments()) == 2
     store.close()
-    assert len(client.search_runs([exp.experiment_id])) == 10 + 1 + 6
+    assert len(client.search_runs([exp.experiment_id])) == 12 + 1 + 8
 
     # a spec asking for GPUs the cluster lacks is refused before anything is written
     gpu = dict(SPEC, name="needs-gpu", resources={"train_drafter": {"num_cpus": 1, "num_gpus": 1}})

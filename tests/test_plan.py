@@ -111,3 +111,33 @@ def test_standalone_drafters_in_the_plan():
     assert {n for n, _ in hub_measure.deps} == {"target"}
     small_measure = next(j for j in plan.jobs if j.name == "measure_curve t/small")
     assert {n for n, _ in small_measure.deps} == {"target", "drafter"}
+
+
+def test_validation_adds_an_engine_benchmark_after_each_depth_choice():
+    assert "measure_speedup" not in {j.kind for j in plan_of(BASE).jobs}
+    plan = plan_of(modified(["validation"], {"num_prompts": 4, "new_tokens": 32}))
+    jobs = plan.by_hash()
+    benches = [j for j in plan.jobs if j.kind == "measure_speedup"]
+    assert len(benches) == 2
+    for bench in benches:
+        deps = {name: jobs[h] for name, h in bench.deps}
+        assert {n: d.kind for n, d in deps.items()} == {"target": "train_target", "drafter": "train_drafter",
+                                                        "depth": "select_depth"}
+        assert deps["depth"].drafter == bench.drafter and bench.config["validation"]["new_tokens"] == 32
+        assert bench.config["num_cpus"] == 1  # timings depend on the threads the job had
+    # the rest of the plan is untouched by validation; a validation change reruns only the benchmarks
+    base = hashes(plan_of(BASE))
+    assert {n: h for n, h in hashes(plan).items() if not n.startswith("measure_speedup")} == base
+    other = hashes(plan_of(modified(["validation"], {"num_prompts": 5, "new_tokens": 32})))
+    assert {n.split()[0] for n in other if other[n] != hashes(plan)[n]} == {"measure_speedup"}
+
+
+def test_validation_fields_are_checked():
+    import pytest
+
+    from pipeline.errors import SpecError
+
+    with pytest.raises(SpecError) as info:
+        plan_of(modified(["validation"], {"num_prompts": 0, "tolerance": 1.5, "bogus": 1}))
+    text = "\n".join(info.value.messages)
+    assert "validation.num_prompts" in text and "validation.tolerance" in text and "validation.bogus" in text

@@ -50,19 +50,19 @@ def test_bad_metrics_are_refused_clearly(text, message):
 
 
 def test_restart_and_empty_window_are_refused():
-    before = parse_counters(exposition(300, 1200, 430, [230, 120]))
-    after = parse_counters(exposition(50, 200, 60, [40, 20]))
+    before = parse_counters(exposition(300, 600, 350, [230, 120]))
+    after = parse_counters(exposition(50, 100, 60, [40, 20]))
     with pytest.raises(UserError, match="went backwards"):
         window(before, after)
     with pytest.raises(UserError, match="no drafts"):
         production_curve(window(before, before), temperature=0.0)
-    rising = parse_counters(exposition(10, 40, 5, [3, 5]))
+    rising = parse_counters(exposition(10, 20, 8, [3, 5]))
     with pytest.raises(UserError, match="inconsistent"):
         production_curve(rising, temperature=0.0)
 
 
 def test_reads_files_and_urls_on_loopback(tmp_path):
-    text = exposition(10, 40, 8, [5, 3])
+    text = exposition(10, 20, 8, [5, 3])
     path = tmp_path / "metrics.txt"
     path.write_text(text)
     assert read_source(str(path)) == text

@@ -27,7 +27,8 @@ from pipeline.types import Curve
 PG_BASE_URL = normalize_url(
     os.environ.get("SPECFLEET_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 )
-TABLES = {"experiments", "jobs", "experiment_jobs", "curves", "diagnostics", "tuned_configs"}
+TABLES = {"experiments", "jobs", "experiment_jobs", "curves", "diagnostics", "speedup_checks",
+          "tuned_configs"}
 VERSION_KEYS = {"version", "active", "source", "schedule", "curve_job_hash", "cost_job_hash",
                 "drafter_job_hash", "notes", "job_hash"}
 BEST_KEYS = set(TUNED_KEYS) - {"experiment_id"} | {"created_at"} | VERSION_KEYS
@@ -101,6 +102,14 @@ def _curve(
 def _diag(name: str, depth: int, value: float, condition: str = "greedy", **more) -> dict:
     return {"target": "tiny-llama", "drafter": "eagle", "condition": condition,
             "temperature": 0.0, "depth": depth, "name": name, "value": value, **more}
+
+
+def _speedup(depth: int, tokens_per_s: float, base_tokens_per_s: float = 40.0, **more) -> dict:
+    """One depth of an engine benchmark; measured_speedup is relative to base_tokens_per_s."""
+    return {"target": "tiny-llama", "drafter": "eagle", "hardware": "cpu x1 float32",
+            "condition": "greedy", "temperature": 0.0, "depth": depth,
+            "tokens_per_s": tokens_per_s, "measured_speedup": tokens_per_s / base_tokens_per_s,
+            "predicted_speedup": 1.0 + 0.25 * depth, "accept_len": 1.0 + 0.5 * depth, **more}
 
 
 def _tuned(experiment_id: int, **overrides: object) -> dict:
@@ -373,6 +382,7 @@ def _good_done(experiment_id: int) -> dict:
             ("tiny-llama", "eagle-1layer", _curve((0.7,), condition="sampled", temperature=1.0)),
         ],
         "diagnostics": [_diag("rms", 1, 1.5), _diag("attn_entropy", 0, 2.0)],
+        "speedup_checks": [_speedup(0, 40.0), _speedup(1, 52.0), _speedup(2, 58.0)],
         "tuned": _tuned(experiment_id),
     }
 
@@ -425,6 +435,7 @@ def test_failed_mark_done_writes_nothing(store: Store, case: str) -> None:
     assert store.finished_result("select-a") is None
     assert store.curve_rows() == []
     assert store.diagnostic_rows() == []
+    assert store.speedup_rows() == []
     assert store.best() == []
 
 
@@ -432,15 +443,16 @@ def test_failed_repeat_of_mark_done_keeps_the_earlier_rows(store: Store) -> None
     experiment_id = _experiment(store)
     _link(store, experiment_id, "select-a")
     store.mark_done("select-a", **_good_done(experiment_id))
-    before = (store.curve_rows(), store.diagnostic_rows(), store.best())
+    before = (store.curve_rows(), store.diagnostic_rows(), store.best(), store.speedup_rows())
 
     bad = {**_good_done(experiment_id), "diagnostics": [_without(_diag("rms", 1, 0), "value")]}
     with pytest.raises(StoreError, match="missing keys"):
         store.mark_done("select-a", **{**bad, "curves": [], "result": {"depth": 9}})
 
-    assert (store.curve_rows(), store.diagnostic_rows(), store.best()) == before
+    after = (store.curve_rows(), store.diagnostic_rows(), store.best(), store.speedup_rows())
+    assert after == before
     assert store.finished_result("select-a") == {"depth": 3}
-    assert len(before[0]) == 3 and len(before[1]) == 2
+    assert len(before[0]) == 3 and len(before[1]) == 2 and len(before[3]) == 3
 
 
 def test_database_at_revision_0001_upgrades_in_place(db_url: str) -> None:

@@ -12,7 +12,10 @@ EVAL = dict(max_depth=4, temperatures=[0.0], num_prompts=6, prompt_len=20, conti
 
 
 def measure_curve(**kwargs):
-    (curve, _, per_prompt), = measure_curves(**kwargs)
+    (curve, _, per_prompt, walks), = measure_curves(**kwargs)
+    assert len(walks) == len(per_prompt) and curve.decode_accept_len[0] == 1.0
+    # a decoder starts fewer chains than there are positions, never more tokens per pass than drafted + 1
+    assert all(1.0 <= a <= k + 1 for k, a in enumerate(curve.decode_accept_len))
     # the per-prompt sums add up to the pooled curve
     chains = sum(p[0] for p in per_prompt)
     assert chains == curve.num_chains

@@ -1,4 +1,4 @@
-"""Cost profiling on the worker's own device: one drafter step, one target decode, one verify.
+"""Cost profiling on the worker's own device: drafter step, target decode and verify, engine iteration.
 
 All three are timed against a cached context of `context_len` tokens (the KV cache is built
 once and cropped back after every timed call), warm-up calls excluded, median of repeats.
@@ -69,11 +69,39 @@ def profile_cost(*, target, drafter, context_len: int, max_depth: int, warmup: i
         draft_by_b.append(ms.pop("draft_ms"))
         verify_by_b.append(tuple(ms[f"verify_{k}"] for k in range(max_depth + 1)))
     one = list(batch_sizes).index(1)
+    passes = engine_pass_ms(target, drafter, context_len, max_depth, warmup, repeats, seed, device)
     return CostProfile(
         hardware=hardware_id(device, dtype), draft_ms=draft_by_b[one], decode_ms=verify_by_b[one][0],
         verify_ms=verify_by_b[one][-1], batch_sizes=tuple(batch_sizes), draft_ms_by_batch=tuple(draft_by_b),
-        verify_ms_by_batch=tuple(verify_by_b),
+        verify_ms_by_batch=tuple(verify_by_b), pass_ms=tuple(passes),
     )
+
+
+PASSES_PER_CALL = 4
+
+
+def engine_pass_ms(target, drafter, context_len: int, max_depth: int, warmup: int, repeats: int, seed: int,
+                   device) -> list[float]:
+    """Milliseconds of one iteration of the real engine at batch size 1, for k = 0..max_depth.
+
+    Each call decodes a few tokens greedily after a random context of context_len tokens; its
+    decoding time over its target passes is one sample (the prefill is not timed), and the
+    median over repeats, depths interleaved, is the figure. An iteration costs about the same
+    whatever is accepted, so random text times it as well as real text does, overheads included.
+    """
+    from workers.engine import EagleProposer, ModelProposer, generate
+
+    proposer = EagleProposer(drafter) if hasattr(drafter, "cfg") else ModelProposer(drafter)
+    vocab = target.get_output_embeddings().weight.shape[0]
+    ctx = torch.randint(3, vocab, (1, context_len), generator=torch.Generator().manual_seed(seed)).to(device)
+    samples: list[list[float]] = [[] for _ in range(max_depth + 1)]
+    for r in range(warmup + repeats):
+        for k in range(max_depth + 1):
+            timing: dict = {}
+            generate(target, proposer, ctx, max_new=PASSES_PER_CALL + 1, depth=k, temperature=0.0, timing=timing)
+            if r >= warmup:
+                samples[k].append(timing["decode_s"] * 1000.0 / timing["passes"])
+    return [statistics.median(s) for s in samples]
 
 
 def _profile_batch(target, drafter, batch: int, context_len, max_depth, warmup, repeats, seed, device):

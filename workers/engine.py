@@ -12,6 +12,8 @@ Drafters plug in as proposers: `EagleProposer` (drafter fed by the target's hidd
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 from workers.features import cached_forward_states
@@ -48,28 +50,46 @@ def accept_drafts(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | Non
 
 @torch.no_grad()
 def generate(target, proposer, prompt: torch.Tensor, *, max_new: int, depth: int, temperature: float,
-             gen: torch.Generator | None = None):
-    """Decode max_new tokens after prompt ([1, P]). Returns (tokens, drafts accepted per target pass)."""
-    if depth < 1:
-        raise ValueError(f"depth must be >= 1 (depth 0 is plain decoding), got {depth}")
-    capture = proposer.capture
+             gen: torch.Generator | None = None, timing: dict | None = None):
+    """Decode max_new tokens after prompt ([1, P]). Returns (tokens, drafts accepted per target pass).
+
+    depth 0 is plain decoding: one target pass per token, the proposer is never called. With a
+    `timing` dict, the decoding after the prompt's pass (prefill excluded) is timed into it:
+    decode_s, tokens (every token emitted after the first, overshoot past max_new included) and
+    passes (target passes).
+    """
+    if depth < 0:
+        raise ValueError(f"depth must be >= 0 (0 is plain decoding), got {depth}")
+    capture = proposer.capture if depth else ()
     logits, cache, streams = cached_forward_states(target, prompt, None, capture)
     y = int(sample(logits[0, -1].float(), temperature, gen))  # the first token is the target's own
     out, accepted = [y], []
-    proposer.start(prompt[0].tolist() + [y], streams)
+    if depth:
+        proposer.start(prompt[0].tolist() + [y], streams)
+    t0 = _clock(prompt.device)
     while len(out) < max_new:
-        drafts, q = proposer.propose(depth, temperature, gen)
+        drafts, q = proposer.propose(depth, temperature, gen) if depth else ([], None)
         inp = torch.tensor([[y] + drafts], device=prompt.device)
         logits, cache, streams = cached_forward_states(target, inp, cache, capture)  # the ONE verify pass
         n, nxt = accept_drafts(logits[0], drafts, q, temperature, gen)
         if depth - n > 0:
             cache.crop(-(depth - n))  # forget the rejected drafts; y and the accepted ones stay
         emitted = drafts[:n] + [nxt]
-        proposer.accept(emitted, [s[:, : n + 1] for s in streams])
+        if depth:
+            proposer.accept(emitted, [s[:, : n + 1] for s in streams])
         out += emitted
         accepted.append(n)
         y = nxt
+    if timing is not None:
+        timing.update(decode_s=_clock(prompt.device) - t0, tokens=len(out) - 1, passes=len(accepted))
     return out[:max_new], accepted
+
+
+def _clock(device: torch.device) -> float:
+    """Wall time in seconds after the device's queued work has finished."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 class EagleProposer:

@@ -10,8 +10,8 @@ import torch
 
 from pipeline.acceptance import choose_depth, depth_per_batch
 from pipeline.emitters import schedule_from_choices
-from pipeline.types import CostProfile, Curve
-from workers.device import pick_device, pick_dtype
+from pipeline.types import CostProfile, Curve, DepthChoice
+from workers.device import hardware_id, pick_device, pick_dtype
 
 
 def _target(config: dict, inputs: dict, device):
@@ -71,12 +71,18 @@ def measure_curve(config: dict, inputs: dict, *, num_gpus: float, progress) -> d
     results = measure_curves(target=target, drafter=drafter, tokenizer=tokenizer, evaluation=config["evaluation"],
                              seed=config["seed"], standalone=config.get("drafter_kind") == "standalone")
     return {
-        "curves": [curve.to_dict() for curve, _, _ in results],
-        "per_prompt": [prompts for _, _, prompts in results],  # aligned with curves; for bootstrap intervals
+        "curves": [curve.to_dict() for curve, _, _, _ in results],
+        # aligned with curves; for bootstrap intervals
+        "per_prompt": [prompts for _, _, prompts, _ in results],
+        "walks": [walks for _, _, _, walks in results],
         "diagnostics": [
             {"condition": curve.condition, "temperature": curve.temperature, "depth": depth, "name": name,
              "value": value}
-            for curve, rows, _ in results for depth, name, value in rows
+            for curve, rows, _, _ in results for depth, name, value in rows
+        ] + [
+            {"condition": curve.condition, "temperature": curve.temperature, "depth": k,
+             "name": "decode_accept_len", "value": value}
+            for curve, _, _, _ in results for k, value in enumerate(curve.decode_accept_len) if k >= 1
         ],
     }
 
@@ -98,9 +104,14 @@ def select_depth(config: dict, inputs: dict, *, num_gpus: float, progress) -> di
     """The depth for the primary curve: the spec's first condition at its first temperature."""
     curve = Curve.from_dict(inputs["curve"]["curves"][0])
     per_prompt = inputs["curve"].get("per_prompt", [[]])[0]
+    walks = inputs["curve"].get("walks", [[]])[0]
     cost = CostProfile.from_dict(inputs["cost"]["cost"])
     ratio = config["cost_ratio"] if config["cost_ratio"] is not None else cost.cost_ratio
-    choice = choose_depth(curve, ratio, per_prompt=per_prompt or None, seed=config.get("seed", 0))
+    # the timed engine iteration when there is one, unless the spec overrides the cost ratio
+    timed = config["cost_ratio"] is None and len(cost.pass_ms) == len(curve.accept_len)
+    pass_cost = [p / cost.pass_ms[0] for p in cost.pass_ms] if timed else None
+    choice = choose_depth(curve, ratio, pass_cost=pass_cost, per_prompt=per_prompt or None, walks=walks or None,
+                          seed=config.get("seed", 0))
     result = {"choice": choice.to_dict(), "hardware": cost.hardware, "condition": curve.condition,
               "temperature": curve.temperature}
     if cost.draft_ms_by_batch:  # the per-batch-size schedule, from the measured cost table
@@ -112,12 +123,41 @@ def select_depth(config: dict, inputs: dict, *, num_gpus: float, progress) -> di
     return result
 
 
+def measure_speedup(config: dict, inputs: dict, *, num_gpus: float, progress) -> dict:
+    """The real engine at every depth, beside the speedup the depth choice predicted."""
+    from workers.speedup import engine_speedups
+
+    device = pick_device(num_gpus)
+    target, tokenizer = _target(config, inputs, device)
+    drafter = _drafter(config, inputs, target)
+    selected = inputs["depth"]
+    if (selected["condition"], selected["temperature"]) != (config["evaluation"]["conditions"][0],
+                                                          config["evaluation"]["temperatures"][0]):
+        raise ValueError("the depth choice was made for another condition or temperature than the one validated")
+    measured = engine_speedups(target=target, drafter=drafter, tokenizer=tokenizer, evaluation=config["evaluation"],
+                               validation=config["validation"], seed=config["seed"],
+                               standalone=config.get("drafter_kind") == "standalone")
+    choice = DepthChoice.from_dict(selected["choice"])
+    tps = measured["tokens_per_s"]
+    best = max(range(len(tps)), key=lambda k: tps[k])
+    param = next(target.parameters())
+    check = {
+        **measured, "predicted_speedup": list(choice.speedups), "chosen_depth": choice.depth,
+        "best_measured_depth": best, "chosen_vs_best": tps[choice.depth] / tps[best],
+        "tolerance": config["validation"]["tolerance"],
+        "hardware": hardware_id(param.device, param.dtype), "cost_hardware": selected["hardware"],
+    }
+    check["passed"] = check["chosen_vs_best"] >= 1.0 - check["tolerance"]
+    return {"speedup_check": check}
+
+
 JOBS = {
     "train_target": train_target,
     "train_drafter": train_drafter,
     "measure_curve": measure_curve,
     "profile_cost": profile_cost,
     "select_depth": select_depth,
+    "measure_speedup": measure_speedup,
 }
 
 

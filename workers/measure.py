@@ -9,9 +9,11 @@ EAGLE drafters also yield drift diagnostics from the same drafting passes.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from pipeline.acceptance import curve_from_accepted, curve_from_sampled
+from pipeline.acceptance import curve_from_accepted, curve_from_sampled, decode_walk, walk_accept_len
 from pipeline.types import Curve
 from workers.diagnostics import DriftStats
 from workers.features import cached_forward_states, last_logits, target_pass
@@ -111,7 +113,8 @@ def verify_chains(target, seq: torch.Tensor, starts: list[int], drafts: torch.Te
 
 
 def measure_curves(*, target, drafter, tokenizer, evaluation: dict, seed: int, standalone: bool = False):
-    """One (Curve, diagnostics rows, per-prompt survival sums) per (condition, temperature)."""
+    """One (Curve, diagnostics rows, per-prompt survival sums, per-prompt decode walks) per (condition,
+    temperature)."""
     results = []
     for condition in evaluation["conditions"]:
         prompts = build_prompts(tokenizer, corpus=evaluation["corpus"], condition=condition,
@@ -131,6 +134,8 @@ def _measure(target, drafter, prompts, evaluation, condition, temp, gen, standal
     stats = None if standalone else DriftStats(depth)
     accepted, ratios, alphas = [], [], []
     per_prompt = []  # [chains, sum of survival[1..K]] per prompt: what a bootstrap over prompts resamples
+    walks = []  # per prompt, [tokens, passes] of decoding at k = 0..K over its chain starts (decode_walk)
+    walk_gen = torch.Generator().manual_seed(int(torch.randint(2**31, (), generator=gen))) if temp > 0 else None
     for prompt in prompts:
         p_len = prompt.numel()
         seq = continue_text(target, prompt[None].to(device), n_cont + depth, temp, gen)  # [1, P + G + K]
@@ -148,6 +153,7 @@ def _measure(target, drafter, prompts, evaluation, condition, temp, gen, standal
             accepted += mine
             one = curve_from_accepted(mine, depth, condition=condition, temperature=temp)
             per_prompt.append([len(mine), *(x * len(mine) for x in one.survival)])
+            walks.append([list(decode_walk(mine, k)) for k in range(depth + 1)])
             continue
         q = torch.softmax(q_logits / temp, dim=-1)  # [N, K, V]
         p = torch.softmax(p_logits / temp, dim=-1)
@@ -158,8 +164,19 @@ def _measure(target, drafter, prompts, evaluation, condition, temp, gen, standal
         ratios += my_ratios
         one = curve_from_sampled(my_ratios, my_alphas, condition=condition, temperature=temp)
         per_prompt.append([len(my_alphas), *(x * len(my_alphas) for x in one.survival)])
+        drawn = [_accepted_draws(r, walk_gen) for r in my_ratios]  # what a decoder's accept/reject would keep
+        walks.append([list(decode_walk(drawn, k)) for k in range(depth + 1)])
     if temp == 0:
         curve = curve_from_accepted(accepted, depth, condition=condition, temperature=temp)
     else:
         curve = curve_from_sampled(ratios, alphas, condition=condition, temperature=temp)
-    return curve, (stats.rows() if stats is not None else []), per_prompt
+    curve = dataclasses.replace(curve, decode_accept_len=tuple(walk_accept_len(walks)))
+    return curve, (stats.rows() if stats is not None else []), per_prompt, walks
+
+
+def _accepted_draws(ratios: list[float], gen) -> int:
+    """Drafts a decoder keeps: draft j survives with probability ratios[j] while all before it did."""
+    n = 0
+    while n < len(ratios) and float(torch.rand((), generator=gen)) < ratios[n]:
+        n += 1
+    return n

@@ -1,0 +1,93 @@
+"""Validation against reality: the real engine timed at every depth, beside the prediction."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pipeline.acceptance import choose_depth
+from pipeline.types import Curve
+from workers.engine import generate
+from workers.jobs import run_job
+from workers.speedup import engine_speedups
+
+EVAL = dict(max_depth=3, temperatures=[0.0], num_prompts=4, prompt_len=20, continuation_len=8, corpus="stdlib",
+            conditions=["default"], long_context_len=64)
+VALIDATION = dict(num_prompts=3, new_tokens=17, repeats=1, warmup_prompts=1, tolerance=0.05)
+
+
+def test_depth_zero_is_plain_decoding_and_is_timed(tiny_target):
+    from workers.measure import continue_text
+
+    target, tokenizer, _ = tiny_target
+    prompt = torch.tensor([[tokenizer.bos_token_id] + tokenizer("import os\n", add_special_tokens=False)["input_ids"]])
+    timing: dict = {}
+    out, accepted = generate(target, None, prompt, max_new=12, depth=0, temperature=0.0, timing=timing)
+    assert out == continue_text(target, prompt, 12, 0.0, None)[0, prompt.shape[1]:].tolist()
+    assert accepted == [0] * 11 and timing["tokens"] == 11 and timing["passes"] == 11 and timing["decode_s"] > 0
+    with pytest.raises(ValueError, match="depth must be >= 0"):
+        generate(target, None, prompt, max_new=4, depth=-1, temperature=0.0)
+
+
+def test_identical_draft_model_emits_k_plus_one_tokens_per_pass(tiny_target):
+    """The target drafting for itself accepts every draft: the engine's accept_len is exactly k + 1."""
+    target, tokenizer, _ = tiny_target
+    result = engine_speedups(target=target, drafter=target, tokenizer=tokenizer, evaluation=EVAL,
+                             validation=VALIDATION, seed=0, standalone=True)
+    assert result["accept_len"] == [1.0, 2.0, 3.0, 4.0]
+    assert result["greedy_mismatches"] == 0
+    assert result["measured_speedup"][0] == 1.0
+    assert all(t > 0 for t in result["tokens_per_s"])
+    # 3 prompts x 16 tokens after the first; deeper chains overshoot max_new by at most k tokens
+    assert result["tokens"][0] == 48 and all(48 <= t <= 48 + 3 * k for k, t in enumerate(result["tokens"]))
+
+
+def test_measure_speedup_job_compares_the_chosen_depth_with_the_best_measured(tiny_target, tiny_drafters):
+    target, tokenizer, target_files = tiny_target
+    _, drafter_files = tiny_drafters["post"]
+    curve = Curve(condition="default", temperature=0.0, num_chains=10, cond_accept=(0.5, 0.5, 0.5),
+                  survival=(0.5, 0.25, 0.125), accept_len=(1.0, 1.5, 1.75, 1.875))
+    choice = choose_depth(curve, 0.1)
+    selected = {"choice": choice.to_dict(), "hardware": "cpu 1t x1 float32", "condition": "default",
+                "temperature": 0.0}
+    config = {"dtype": "auto", "drafter_kind": "eagle3", "evaluation": EVAL, "validation": VALIDATION, "seed": 0}
+    inputs = {"target": {"files": target_files}, "drafter": {"files": drafter_files}, "depth": selected}
+    check = run_job("measure_speedup", config, inputs, num_cpus=2, num_gpus=0)["speedup_check"]
+    tps = check["tokens_per_s"]
+    assert len(tps) == 4 and check["predicted_speedup"] == list(choice.speedups)
+    assert check["chosen_depth"] == choice.depth and tps[check["best_measured_depth"]] == max(tps)
+    assert check["chosen_vs_best"] == pytest.approx(tps[choice.depth] / max(tps))
+    assert check["passed"] == (check["chosen_vs_best"] >= 0.95)
+    assert check["greedy_mismatches"] == 0 and check["accept_len"][0] == 1.0
+    assert all(a >= 1.0 for a in check["accept_len"])
+
+    wrong = {**inputs, "depth": {**selected, "temperature": 1.0}}
+    with pytest.raises(ValueError, match="another condition or temperature"):
+        run_job("measure_speedup", config, wrong, num_cpus=2, num_gpus=0)
+
+
+def test_the_decode_walk_over_measured_chains_is_what_the_engine_does(tiny_target, tiny_drafters):
+    """At temperature 0 the engine's accepted counts pass by pass are the walk over the measured chains."""
+    from pipeline.acceptance import decode_walk
+    from workers.engine import EagleProposer
+    from workers.features import target_pass
+    from workers.measure import continue_text, draft_all_chains, verify_chains
+
+    target, tokenizer, _ = tiny_target
+    drafter, _ = tiny_drafters["post"]
+    K, n_cont = 4, 24
+    prompt = torch.tensor([[tokenizer.bos_token_id] + tokenizer("class Reader:\n    def", add_special_tokens=False)["input_ids"]])
+    p_len = prompt.shape[1]
+    seq = continue_text(target, prompt, n_cont + K, 0.0, None)
+    starts = list(range(p_len - 1, p_len - 1 + n_cont))
+    streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)
+    drafts, _, _, _ = draft_all_chains(drafter, seq, streams, K, 0.0, None, starts)
+    ok = (verify_chains(target, seq, starts, drafts).argmax(-1) == drafts).int()
+    accepted = ok.cumprod(dim=1).sum(dim=1).tolist()
+    for k in range(K + 1):
+        _, engine = generate(target, EagleProposer(drafter), prompt, max_new=n_cont + 1, depth=k, temperature=0.0)
+        walk, c = [], 0
+        while c < n_cont:
+            walk.append(min(accepted[c], k))
+            c += walk[-1] + 1
+        assert engine == walk, k
+        assert decode_walk(accepted, k) == (sum(walk) + len(walk), len(walk))

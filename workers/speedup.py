@@ -1,0 +1,60 @@
+"""Validation against reality: the real speculative engine timed at every depth k = 0..max_depth.
+
+The same held-out prompts are decoded at every k (k = 0 is plain decoding, the baseline), with
+the depths rotated from prompt to prompt so that drifts in machine speed hit every depth alike.
+Only the decoding after the prompt's pass is timed: the prefill is the same work at every k.
+Throughput is pooled, as acceptance is: all tokens emitted at k over all decoding time at k.
+"""
+from __future__ import annotations
+
+import torch
+
+from workers.engine import EagleProposer, ModelProposer, generate
+from workers.prompts import build_prompts
+
+
+def engine_speedups(*, target, drafter, tokenizer, evaluation: dict, validation: dict, seed: int,
+                    standalone: bool) -> dict:
+    """Measured tokens/s, speedup over k = 0 and the engine's accept_len at every k.
+
+    Uses the primary condition and temperature (the ones the depth was chosen for). At
+    temperature 0 every depth must reproduce plain decoding token for token; the number of
+    prompts where it did not is returned as `greedy_mismatches` (0 unless the engine is wrong
+    or the numerics break a near-tie).
+    """
+    condition, temperature = evaluation["conditions"][0], evaluation["temperatures"][0]
+    max_depth = evaluation["max_depth"]
+    prompts = build_prompts(tokenizer, corpus=evaluation["corpus"], condition=condition,
+                            num_prompts=validation["num_prompts"], prompt_len=evaluation["prompt_len"],
+                            long_context_len=evaluation["long_context_len"], seed=seed)
+    proposer = ModelProposer(drafter) if standalone else EagleProposer(drafter)
+    device = next(target.parameters()).device
+    depths = list(range(max_depth + 1))
+    seconds, tokens, passes = [0.0] * len(depths), [0] * len(depths), [0] * len(depths)
+    gen = torch.Generator().manual_seed(seed)
+    for prompt in prompts[: validation["warmup_prompts"]]:  # warm-up: allocator, kernels, caches
+        for k in depths:
+            generate(target, proposer, prompt[None].to(device), max_new=8, depth=k, temperature=temperature, gen=gen)
+    mismatches = 0
+    for _ in range(validation["repeats"]):
+        for i, prompt in enumerate(prompts):
+            outs = {}
+            for k in depths[i % len(depths):] + depths[: i % len(depths)]:
+                timing: dict = {}
+                out, _ = generate(target, proposer, prompt[None].to(device), max_new=validation["new_tokens"],
+                                  depth=k, temperature=temperature, gen=gen, timing=timing)
+                seconds[k] += timing["decode_s"]
+                tokens[k] += timing["tokens"]
+                passes[k] += timing["passes"]
+                outs[k] = out
+            if temperature == 0 and any(outs[k] != outs[0] for k in depths):
+                mismatches += 1
+    tokens_per_s = [t / s for t, s in zip(tokens, seconds)]
+    return {
+        "condition": condition, "temperature": temperature,
+        "tokens_per_s": tokens_per_s,
+        "measured_speedup": [t / tokens_per_s[0] for t in tokens_per_s],
+        "accept_len": [t / p for t, p in zip(tokens, passes)],
+        "greedy_mismatches": mismatches,
+        "tokens": tokens, "seconds": seconds,
+    }
