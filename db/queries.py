@@ -54,7 +54,7 @@ SPEEDUP_KEYS = (
     "tokens_per_s",
     "measured_speedup",
     "predicted_speedup",
-    "accept_len",
+    "engine_accept_len",
 )
 
 

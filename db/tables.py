@@ -182,7 +182,7 @@ class Diagnostic(MeasuredAt, Base):
 class SpeedupCheck(MeasuredAt, Base):
     """One row per depth of one engine benchmark: the real engine at depth k versus the model.
 
-    Depth 0 is plain decoding, the baseline: measured_speedup 1 and accept_len 1. Depths
+    Depth 0 is plain decoding, the baseline: measured_speedup 1 and engine_accept_len 1. Depths
     1..max_depth speculate; ``measured_speedup`` is tokens_per_s over depth 0's, and
     ``predicted_speedup`` is the cost model's value for the same depth.
     """
@@ -199,7 +199,7 @@ class SpeedupCheck(MeasuredAt, Base):
     tokens_per_s: Mapped[float] = mapped_column(Float)
     measured_speedup: Mapped[float] = mapped_column(Float)
     predicted_speedup: Mapped[float] = mapped_column(Float)
-    accept_len: Mapped[float] = mapped_column(Float)
+    engine_accept_len: Mapped[float] = mapped_column(Float)  # tokens per target pass the engine emitted
 
 
 class TunedConfig(Base):

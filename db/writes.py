@@ -46,7 +46,7 @@ _SPEEDUP_TEXT = {
     "target": NAME_LEN, "drafter": NAME_LEN, "hardware": NAME_LEN, "condition": TAG_LEN
 }
 _SPEEDUP_NUMBERS = (
-    "temperature", "tokens_per_s", "measured_speedup", "predicted_speedup", "accept_len"
+    "temperature", "tokens_per_s", "measured_speedup", "predicted_speedup", "engine_accept_len"
 )
 # The longest string each text column of a tuned config takes, and whether it is required.
 _TUNED_TEXT = {

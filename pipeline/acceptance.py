@@ -172,22 +172,24 @@ def choose_depth(curve: Curve, cost_ratio: float, *, pass_cost: Sequence[float] 
     speedups = [a / c for a, c in zip(tokens, cost)]
     best = max(range(len(speedups)), key=lambda k: (speedups[k], -k))
     chosen, ci = best, None
-    if curve.decode_accept_len:
-        boots = bootstrap_walks(walks, n_boot=n_boot, seed=seed) if walks else None
-    else:
-        boots = bootstrap_accept_len(per_prompt, n_boot=n_boot, seed=seed) if per_prompt else None
+    tail = (1.0 - level) / 2
+    on_curve = bootstrap_accept_len(per_prompt, n_boot=n_boot, seed=seed) if per_prompt else None
+    boots = (bootstrap_walks(walks, n_boot=n_boot, seed=seed) if walks else None) if curve.decode_accept_len \
+        else on_curve
     if boots:
-        tail = (1.0 - level) / 2
         for k in range(best):
             diffs = sorted(b[best] / cost[best] - b[k] / cost[k] for b in boots)
             if diffs[int(tail * (n_boot - 1))] <= 0.0:  # the interval of the difference reaches 0
                 chosen = k
                 break
-        values = sorted(b[chosen] for b in boots)
+    if on_curve:
+        values = sorted(b[chosen] for b in on_curve)
         ci = (values[int(tail * (n_boot - 1))], values[int((1 - tail) * (n_boot - 1))])
     return DepthChoice(
         depth=chosen,
-        accept_len=tokens[chosen],
+        accept_len=curve.accept_len[chosen],
+        decode_accept_len=curve.decode_accept_len[chosen] if curve.decode_accept_len else None,
+        cost_model="timed" if pass_cost is not None else "leviathan",
         speedup=speedups[chosen],
         cost_ratio=cost_ratio,
         speedups=tuple(speedups),
@@ -205,10 +207,18 @@ def batch_speedup(accept_len: Sequence[float], *, draft_ms: float, verify_ms: Se
     return [a * decode / (k * draft_ms + verify_ms[k]) for k, a in enumerate(accept_len)]
 
 
-def depth_per_batch(curve: Curve, cost) -> dict[int, int]:
-    """k*(B) for every profiled batch size B (the smaller k on a tie)."""
-    out = {}
+def depth_per_batch(curve: Curve, cost, first: int | None = None) -> dict[int, int]:
+    """k*(B) for every profiled batch size B (the smaller k on a tie), from a decoder's tokens per
+    pass when measured. A depth never rises with B: verifying more tokens only gets dearer as the
+    batch grows, so a rise would be noise. `first` replaces the depth at the first batch size."""
+    tokens = curve.decode_accept_len or curve.accept_len
+    out: dict[int, int] = {}
+    cap = None
     for b, draft, verify in zip(cost.batch_sizes, cost.draft_ms_by_batch, cost.verify_ms_by_batch):
-        speedups = batch_speedup(curve.accept_len[: len(verify)], draft_ms=draft, verify_ms=verify)
-        out[b] = max(range(len(speedups)), key=lambda k: (speedups[k], -k))
+        speedups = batch_speedup(tokens[: len(verify)], draft_ms=draft, verify_ms=verify)
+        k = max(range(len(speedups)), key=lambda k: (speedups[k], -k))
+        if cap is None and first is not None:
+            k = first
+        out[b] = k if cap is None else min(k, cap)
+        cap = out[b]
     return out

@@ -7,6 +7,7 @@ the user names a path with --drafter-path.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -100,20 +101,36 @@ def from_metrics(store, sources: list[str], *, model_name: str | None, drafter: 
         raise UserError("--model: the metrics carry no model_name label; name the target")
     curve = production_curve(counters, temperature=temperature)
     offline = [r for r in store.best(target=target, drafter=drafter) if hardware in (None, r["hardware"])]
+    pass_cost, cost_note = None, f"Leviathan's model at c = {cost_ratio}"
     if cost_ratio is None:
         if not offline:
             raise UserError(f"--cost-ratio: no stored cost table for {target}/{drafter}; give the ratio")
         cost_ratio = offline[0]["cost_ratio"]
         hardware = hardware or offline[0]["hardware"]
-    choice = choose_depth(curve, cost_ratio)
+        curve, pass_cost, cost_note = _timed_passes(store, offline[0], curve, cost_ratio)
+    choice = choose_depth(curve, cost_ratio, pass_cost=pass_cost)
     version = store.add_production_config(
         target=target, drafter=drafter, hardware=hardware or "production", condition=curve.condition,
         temperature=temperature, depth=choice.depth, accept_len=choice.accept_len, speedup=choice.speedup,
         cost_ratio=cost_ratio, code_version=code_version,
-        notes=f"from {int(counters.num_drafts)} verified drafts of {len(curve.survival)} positions",
+        notes=f"from {int(counters.num_drafts)} verified drafts of {len(curve.survival)} positions; {cost_note}",
     )
     row = {"target": target, "drafter": drafter, "depth": choice.depth, "schedule": None, "version": version}
     return row, _drift_report(store, target, drafter, curve)
+
+
+def _timed_passes(store, row: dict, curve, cost_ratio: float):
+    """(curve, pass_cost, note): the stored cost table's timed engine iterations, as the offline choice
+    used them; depths beyond those it timed are dropped. Leviathan's model when it has none."""
+    cost = (store.finished_result(row["cost_job_hash"]) or {}).get("cost", {}) if row.get("cost_job_hash") else {}
+    pass_ms = cost.get("pass_ms") or []
+    if len(pass_ms) < 2:
+        return curve, None, f"Leviathan's model at the stored c = {cost_ratio:.3f}"
+    depth = min(curve.max_depth, len(pass_ms) - 1)
+    cut = dataclasses.replace(curve, cond_accept=curve.cond_accept[:depth], survival=curve.survival[:depth],
+                              accept_len=curve.accept_len[: depth + 1])
+    note = f"timed engine iterations of cost job {row['cost_job_hash'][:10]}"
+    return cut, [p / pass_ms[0] for p in pass_ms[: depth + 1]], note
 
 
 def _drift_report(store, target: str, drafter: str, curve) -> str:

@@ -194,7 +194,11 @@ def speedups(
         checks = []
         for job_hash in dict.fromkeys(r["job_hash"] for r in rows):  # one benchmark per job, in row order
             mine = next(r for r in rows if r["job_hash"] == job_hash)
-            checks.append((mine["target"], mine["drafter"], store.finished_result(job_hash)["speedup_check"]))
+            stored = store.finished_result(job_hash)
+            if stored is None:  # re-running right now: its old rows stay until it finishes
+                err.print(f"skipped {mine['target']}/{mine['drafter']}: its benchmark job is not finished")
+                continue
+            checks.append((mine["target"], mine["drafter"], stored["speedup_check"]))
     finally:
         store.close()
     if as_json:
@@ -264,6 +268,8 @@ def autotune(
             store.close()
         err.print(f"stored production version {row['version']} for {row['target']}/{row['drafter']}: "
                   f"depth {row['depth']}; {report}", markup=False, soft_wrap=True)
+        if not _speculates(row):
+            return
         sys.stdout.write(tune.render(engine, tune.schedule_of(row), model=drafter_path, method=method) + "\n")
         return
     try:
@@ -273,10 +279,25 @@ def autotune(
             raise UserError(f"--target/--drafter/--hardware: {len(rows)} tuned configs match"
                             + (f" ({'; '.join(have)}); name one" if rows else "; run `specfleet run SPEC` first"))
         row = rows[0]
+        if not _speculates(row):
+            return
         path, method = tune.drafter_path(store, row, workdir, drafter_path)
     finally:
         store.close()
     sys.stdout.write(tune.render(engine, tune.schedule_of(row), model=path, method=method) + "\n")
+
+
+def _speculates(row: dict) -> bool:
+    """False, with a note, when the tuned depth is 0 at every batch size: then there is nothing to
+    configure, and the engine's answer is to serve without a drafter (stdout stays empty)."""
+    from pipeline.autotune import schedule_of
+
+    if max(k for _, _, k in schedule_of(row)) > 0:
+        return True
+    err.print(f"{row['target']}/{row['drafter']}: depth 0 at every batch size, speculation does not pay "
+              f"on {row.get('hardware') or 'this hardware'}; serve without speculative settings", markup=False,
+              soft_wrap=True)
+    return False
 
 
 @app.command()
@@ -301,7 +322,9 @@ def drift(
     conditions = findings.ordered_conditions(curves)
     condition = condition or conditions[0]
     t0 = min(r["temperature"] for r in curves)  # per-depth tables at the lowest temperature measured
-    for name in ("rms", "sink_attn", "recent_attn", "attn_entropy"):
+    from pipeline.report import DRIFT_NAMES
+
+    for name in DRIFT_NAMES:
         values = findings.by_depth(diags, name=name, condition=condition, temperature=t0)
         if values:
             out.print(findings.markdown_depth_table(values, f"{name} ({condition}, T={t0:g})") + "\n", markup=False, soft_wrap=True)

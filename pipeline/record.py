@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from pipeline.plan import Job
-from pipeline.report import plot_comparison, plot_curve, plot_drift, plot_speedup, plot_speedup_check
+from pipeline.report import DRIFT_NAMES, plot_comparison, plot_curve, plot_drift, plot_speedup, plot_speedup_check
 from pipeline.tracking import Tracker
 from pipeline.types import CostProfile, Curve, DepthChoice
 
@@ -61,11 +61,14 @@ def log_job(tracker: Tracker, run_id: str, job: Job, stored: dict) -> None:
                 tracker.log_artifact(run_id, plot_comparison(labelled, Path(tmp) / "conditions.png", _pair(job)))
         if stored.get("diagnostics"):
             log_diagnostics(tracker, run_id, stored["diagnostics"])
-            tracker.log_artifact(run_id, plot_drift(stored["diagnostics"], Path(tmp) / "drift.png", _pair(job)))
+            if any(r["name"] in DRIFT_NAMES for r in stored["diagnostics"]):  # EAGLE drafters only
+                tracker.log_artifact(run_id, plot_drift(stored["diagnostics"], Path(tmp) / "drift.png", _pair(job)))
         if "cost" in stored:
             cost = CostProfile.from_dict(stored["cost"])
             tracker.log_metrics(run_id, {"draft_ms": cost.draft_ms, "decode_ms": cost.decode_ms,
                                          "verify_ms": cost.verify_ms, "cost_ratio": cost.cost_ratio})
+            if cost.pass_ms:  # the timed engine iteration the default depth choice uses, step = depth
+                tracker.log_series(run_id, "pass_ms", list(enumerate(cost.pass_ms)))
         if "choice" in stored:
             choice = DepthChoice.from_dict(stored["choice"])
             tracker.log_series(run_id, "speedup", list(enumerate(choice.speedups)))
@@ -113,7 +116,7 @@ def log_diagnostics(tracker: Tracker, run_id: str, rows: list[dict]) -> None:
 
 def log_speedup_check(tracker: Tracker, run_id: str, check: dict, plot: Path, title: str) -> None:
     """Measured vs predicted speedup with step = depth, the verdict, and their plot."""
-    for name in ("tokens_per_s", "measured_speedup", "predicted_speedup", "accept_len"):
+    for name in ("tokens_per_s", "measured_speedup", "predicted_speedup", "engine_accept_len"):
         tracker.log_series(run_id, name, list(enumerate(check[name])))
     tracker.log_metrics(run_id, {"chosen_depth": check["chosen_depth"],
                                  "best_measured_depth": check["best_measured_depth"],
@@ -128,7 +131,7 @@ def speedup_rows(job: Job, check: dict) -> list[dict]:
         {"target": job.target, "drafter": job.drafter, "hardware": check["hardware"],
          "condition": check["condition"], "temperature": check["temperature"], "depth": k,
          "tokens_per_s": check["tokens_per_s"][k], "measured_speedup": check["measured_speedup"][k],
-         "predicted_speedup": check["predicted_speedup"][k], "accept_len": check["accept_len"][k]}
+         "predicted_speedup": check["predicted_speedup"][k], "engine_accept_len": check["engine_accept_len"][k]}
         for k in range(len(check["tokens_per_s"]))
     ]
 

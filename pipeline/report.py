@@ -8,6 +8,9 @@ from rich.table import Table
 from pipeline.types import Curve, DepthChoice
 
 
+DRIFT_NAMES = ("rms", "sink_attn", "recent_attn", "attn_entropy")  # the per-depth drift diagnostics
+
+
 def pyplot():
     """matplotlib's pyplot on the file-only Agg backend (workers and CI have no display)."""
     import matplotlib
@@ -70,9 +73,8 @@ def plot_speedup_check(check: dict, path: str | Path, title: str) -> Path:
 def plot_drift(rows: list[dict], path: str | Path, title: str) -> Path:
     """The drift diagnostics against depth, one line per (condition, temperature)."""
     plt = pyplot()
-    names = ("rms", "sink_attn", "recent_attn", "attn_entropy")
     fig, axes = plt.subplots(1, 4, figsize=(14, 3.4))
-    for ax, name in zip(axes, names):
+    for ax, name in zip(axes, DRIFT_NAMES):
         lines: dict[str, list[tuple[int, float]]] = {}
         for r in rows:
             if r["name"] == name:
@@ -103,13 +105,13 @@ def best_table(rows: list[dict]) -> Table:
 def speedup_table(checks: list[tuple[str, str, dict]]) -> Table:
     """Predicted vs measured speedup per depth; checks: (target, drafter, speedup_check result)."""
     table = Table(title="predicted vs measured speedup (real engine, batch size 1)")
-    for col in ("target", "drafter", "k", "predicted", "measured", "tokens/s", "accept_len", ""):
+    for col in ("target", "drafter", "k", "predicted", "measured", "tokens/s", "engine_accept_len", ""):
         table.add_column(col, justify="left" if col in ("target", "drafter", "") else "right")
     for target, drafter, check in checks:
         for k, (pred, meas) in enumerate(zip(check["predicted_speedup"], check["measured_speedup"])):
             marks = ["chosen" if k == check["chosen_depth"] else "", "best measured" if k == check["best_measured_depth"] else ""]
             table.add_row(target if k == 0 else "", drafter if k == 0 else "", str(k), f"{pred:.3f}x", f"{meas:.3f}x",
-                          f"{check['tokens_per_s'][k]:.1f}", f"{check['accept_len'][k]:.3f}",
+                          f"{check['tokens_per_s'][k]:.1f}", f"{check['engine_accept_len'][k]:.3f}",
                           ", ".join(m for m in marks if m))
         verdict = "[green]within[/green]" if check["passed"] else "[red]NOT within[/red]"
         table.add_row("", "", "", "", "", "", "", f"chosen k reaches {check['chosen_vs_best']:.1%} of the best: "

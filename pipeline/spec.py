@@ -297,6 +297,12 @@ def cross_check(data: dict) -> list[tuple[tuple, str]]:
             if isinstance(p, dict) and key in p and p[key] not in names[field]:
                 have = sorted(n for n in names[field] if isinstance(n, str))
                 problems.append((("pairings", i, key), f"unknown {key} '{p[key]}' (have {have})"))
+    evaluation = data.get("evaluation")
+    conditions = evaluation.get("conditions") if isinstance(evaluation, dict) else None
+    if data.get("validation") is not None and isinstance(conditions, list) and conditions \
+            and isinstance(conditions[0], dict) and "noise" in conditions[0]:
+        problems.append((("validation",), "the engine drafts without noise, so it cannot validate the depth "
+                                          "chosen for a noise condition; list a prompt condition first"))
     return problems
 
 

@@ -93,6 +93,8 @@ class DepthChoice:
     speedups: tuple[float, ...]  # predicted speedup at every k = 0..max_depth
     best_point: int | None = None  # the k with the highest point estimate (depth may be smaller: noise)
     accept_len_ci: tuple[float, float] | None = None  # bootstrap interval of accept_len at `depth`
+    decode_accept_len: float | None = None  # a decoder's tokens per target pass at `depth`, when measured
+    cost_model: str = "leviathan"  # how a pass was costed: "leviathan" (k c + 1) or "timed" (pass_ms)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -108,4 +110,6 @@ class DepthChoice:
             speedups=tuple(float(x) for x in d["speedups"]),
             best_point=d.get("best_point"),
             accept_len_ci=(float(ci[0]), float(ci[1])) if ci else None,
+            decode_accept_len=None if d.get("decode_accept_len") is None else float(d["decode_accept_len"]),
+            cost_model=d.get("cost_model", "leviathan"),
         )

@@ -85,3 +85,53 @@ def test_production_metrics_become_the_active_version(tmp_path):
         from_metrics(store, [str(after)], model_name=None, drafter="unknown", cost_ratio=None, hardware=None,
                      temperature=0.0, code_version="v")
     store.close()
+
+
+def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
+    """Without --cost-ratio the production choice uses the cost model the offline choice used."""
+    from db.store import Store
+    from pipeline.autotune import from_metrics
+    from test_prod_metrics import MODEL, exposition
+
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    exp = store.ensure_experiment(name="e", spec_hash="s", spec_yaml="name: e\n", code_version="v")
+    for job_hash, kind, result, tuned in (
+        ("cost-1", "profile_cost", {"cost": {"pass_ms": [4.0, 6.0, 6.4, 6.8]}}, None),
+        ("select-1", "select_depth", {}, dict(
+            experiment_id=exp, target=MODEL, drafter="eagle3-prod", hardware="cpu 2t x1 float32",
+            condition="default", temperature=0.0, depth=1, accept_len=1.6, speedup=1.07, cost_ratio=0.25,
+            spec_hash="s", code_version="v", mlflow_run_id="r", cost_job_hash="cost-1")),
+    ):
+        store.link_job(exp, job_hash=job_hash, kind=kind, name=job_hash, config={})
+        store.mark_running(job_hash, mlflow_run_id=None)
+        store.mark_done(job_hash, result=result, tuned=tuned)
+    scrape = tmp_path / "m.txt"
+    scrape.write_text(exposition(100, 400, 150, [70, 45, 25, 10]))  # survival 0.7 0.45 0.25 0.10
+    row, _ = from_metrics(store, [str(scrape)], model_name=None, drafter="eagle3-prod", cost_ratio=None,
+                          hardware=None, temperature=0.0, code_version="v")
+    # timed: 1.7 / 1.5 = 1.133, 2.15 / 1.6 = 1.344, 2.4 / 1.7 = 1.412 -> 3 (depth 4 was never timed)
+    # Leviathan at the stored c = 0.25 would say 2.5 / 2.0 = 1.25 at k = 4 and pick 2 (2.15 / 1.5 = 1.433)
+    assert row["depth"] == 3
+    (stored,) = [r for r in store.best(target=MODEL, drafter="eagle3-prod") if r["source"] == "production"]
+    assert stored["depth"] == 3 and "timed engine iterations" in stored["notes"]
+    assert stored["hardware"] == "cpu 2t x1 float32"  # the hardware the timings belong to
+    store.close()
+
+
+def test_offline_depth_zero_prints_no_config_and_exports_nothing(tmp_path):
+    from db.store import Store
+    from test_real_vllm_metrics import _cli
+
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    exp = store.ensure_experiment(name="e", spec_hash="s", spec_yaml="name: e\n", code_version="v")
+    store.link_job(exp, job_hash="select-0", kind="select_depth", name="select-0", config={})
+    store.mark_running("select-0", mlflow_run_id=None)
+    store.mark_done("select-0", result={}, tuned=dict(
+        experiment_id=exp, target="t", drafter="d", hardware="cpu 2t x1 float32", condition="default",
+        temperature=0.0, depth=0, accept_len=1.0, speedup=1.0, cost_ratio=0.3, spec_hash="s", code_version="v",
+        mlflow_run_id="r", drafter_job_hash="never-trained"))
+    store.close()
+    done = _cli("autotune", "--engine", "trtllm", "--target", "t", "--drafter", "d", workdir=tmp_path)
+    assert done.returncode == 0 and done.stdout == ""
+    assert "speculation does not pay on cpu 2t x1 float32" in done.stderr
+    assert not (tmp_path / "exports").exists()

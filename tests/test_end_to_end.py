@@ -28,7 +28,9 @@ SPEC = {
          "train": {"ttt_depth": 2, "steps": 10, "batch_size": 8, "seq_len": 64}},
     ],
     "evaluation": {"max_depth": 3, "num_prompts": 4, "prompt_len": 16, "continuation_len": 8},
-    "cost": {"context_len": 16, "warmup": 1, "repeats": 2, "batch_sizes": [1, 4], "max_batch_size": 16},
+    # a cost ratio given in the spec replaces the timed one, so these barely trained drafters still draft
+    "cost": {"context_len": 16, "warmup": 1, "repeats": 2, "batch_sizes": [1, 4], "max_batch_size": 16,
+             "cost_ratio": 0.01},
     "validation": {"num_prompts": 2, "new_tokens": 8, "warmup_prompts": 0},
 }
 
@@ -74,22 +76,24 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
     best = store.best()
     assert {(r["target"], r["drafter"]) for r in best} == {("t0", "pre"), ("t0", "post")}
     for row in best:
-        assert 0 <= row["depth"] <= 3 and row["cost_ratio"] > 0 and row["hardware"].startswith("cpu")
+        assert row["depth"] <= 3 and row["hardware"].startswith("cpu")
         curve = [c for c in store.curve_rows(target="t0", drafter=row["drafter"])]
         assert [c["depth"] for c in curve] == [1, 2, 3]
         diags = store.diagnostic_rows(target="t0", drafter=row["drafter"])
         assert {(d["name"], d["depth"]) for d in diags if d["depth"] > 0} == {
             (n, k) for n in ("rms", "sink_attn", "recent_attn", "attn_entropy", "decode_accept_len") for k in (1, 2, 3)}
-        # the choice: tokens per pass of a decoder at that depth over the timed engine iteration
+        # the choice: a decoder's tokens per pass at that depth, at the spec's cost ratio
         tokens = {d["depth"]: d["value"] for d in diags if d["name"] == "decode_accept_len"} | {0: 1.0}
-        passes = store.finished_result(row["cost_job_hash"])["cost"]["pass_ms"]
-        assert row["accept_len"] == pytest.approx(tokens[row["depth"]])
-        assert row["speedup"] == pytest.approx(tokens[row["depth"]] * passes[0] / passes[row["depth"]])
+        acc = {c["depth"]: c["accept_len"] for c in curve} | {0: 1.0}
+        assert row["depth"] >= 1 and row["cost_ratio"] == 0.01
+        assert row["accept_len"] == pytest.approx(acc[row["depth"]])
+        assert row["speedup"] == pytest.approx(tokens[row["depth"]] / (row["depth"] * 0.01 + 1))
+        assert len(store.finished_result(row["cost_job_hash"])["cost"]["pass_ms"]) == 4  # timed all the same
         # the engine benchmark: every depth, plain decoding as the baseline, the prediction beside it
         bench = store.speedup_rows(target="t0", drafter=row["drafter"])
         assert [b["depth"] for b in bench] == [0, 1, 2, 3] and bench[0]["measured_speedup"] == 1.0
         assert bench[row["depth"]]["predicted_speedup"] == pytest.approx(row["speedup"])
-        assert all(b["tokens_per_s"] > 0 and 1.0 <= b["accept_len"] <= b["depth"] + 1 for b in bench)
+        assert all(b["tokens_per_s"] > 0 and 1.0 <= b["engine_accept_len"] <= b["depth"] + 1 for b in bench)
     store.close()
 
     # MLflow: a parent run and one child run per job, curves with step = depth, checkpoints and plots
@@ -131,12 +135,10 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
     tuned = specfleet("autotune", "--engine", "vllm", "--target", "t0", "--drafter", "pre", cwd=tmp_path)
     exported = list((tmp_path / ".specfleet" / "exports").glob("*/config.json"))
     assert len(exported) == 1 and (exported[0].parent / "model.safetensors").is_file()
-    if tuned.returncode == 0:
-        config = json.loads(shlex.split(tuned.stdout)[1])
-        assert config["method"] == "eagle3" and config["num_speculative_tokens"] > 0
-        assert Path(config["model"]) == exported[0].parent.resolve()
-    else:  # this tiny drafter may not pay at any depth: then autotune says so instead of a config
-        assert tuned.returncode == 1 and "does not pay" in tuned.stderr, tuned.stderr
+    assert tuned.returncode == 0, tuned.stderr
+    config = json.loads(shlex.split(tuned.stdout)[1])
+    assert config["method"] == "eagle3" and config["num_speculative_tokens"] > 0
+    assert Path(config["model"]) == exported[0].parent.resolve()
     refused = specfleet("autotune", "--engine", "vllm", "--drafter", "post", cwd=tmp_path)  # post-norm + fc_norm
     assert refused.returncode == 1 and "norm: post" in refused.stderr
 

@@ -141,3 +141,17 @@ def test_validation_fields_are_checked():
         plan_of(modified(["validation"], {"num_prompts": 0, "tolerance": 1.5, "bogus": 1}))
     text = "\n".join(info.value.messages)
     assert "validation.num_prompts" in text and "validation.tolerance" in text and "validation.bogus" in text
+
+
+def test_validation_of_a_noise_condition_is_refused():
+    import pytest
+
+    from pipeline.errors import SpecError
+
+    data = modified(["evaluation"], {"max_depth": 4, "conditions": [{"noise": "hidden", "a": 0.5}, "default"]})
+    data["validation"] = {}
+    with pytest.raises(SpecError) as info:
+        plan_of(data)
+    assert any(m.startswith("validation: the engine drafts without noise") for m in info.value.messages)
+    data["evaluation"]["conditions"].reverse()  # the depth is chosen for the first condition: fine now
+    assert any(j.kind == "measure_speedup" for j in plan_of(data).jobs)

@@ -43,6 +43,8 @@ def test_two_scrapes_give_the_window_survival():
     (exposition(10, 40, 5, [3, 2]).replace("num_draft_tokens", "other"), "num_draft_tokens"),
     (exposition(10, 40, 5, [3, 2, 0]).replace('position="1"', 'position="7"'), "positions [1, 3, 4, 5, 6]"),
     (exposition(10, 40, 5, [3, 2]) + exposition(1, 1, 1, [1, 1], model="other"), "several models"),
+    (exposition(10, 20, 12, [5, 3]), "add up to 8 but vllm:spec_decode_num_accepted_tokens_total is 12"),
+    (exposition(10, 30, 8, [5, 3]), "positions [2] are missing"),
 ])
 def test_bad_metrics_are_refused_clearly(text, message):
     with pytest.raises(UserError, match=message.replace("[", r"\[").replace("]", r"\]")):

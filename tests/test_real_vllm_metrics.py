@@ -73,3 +73,10 @@ def test_autotune_cli_from_a_real_metrics_window(tmp_path):
     assert bad.stderr.count("\n") == 1 and "positions [4] are missing" in bad.stderr
     again = _cli("best", "--json", "--history", workdir=tmp_path)
     assert len(json.loads(again.stdout)) == 1  # the refused scrape stored nothing
+
+    # drafting as dear as a target step: no depth pays, so no config, a note, and a stored version 2
+    dear = _cli("autotune", "--engine", "vllm", "--from-metrics", str(DFLASH), "--cost-ratio", "1.0",
+                "--drafter-path", str(drafter), workdir=tmp_path)
+    assert dear.returncode == 0 and dear.stdout == "" and "speculation does not pay" in dear.stderr
+    rows = json.loads(_cli("best", "--json", workdir=tmp_path).stdout)
+    assert [(r["version"], r["depth"]) for r in rows] == [(2, 0)]

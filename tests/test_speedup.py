@@ -33,7 +33,7 @@ def test_identical_draft_model_emits_k_plus_one_tokens_per_pass(tiny_target):
     target, tokenizer, _ = tiny_target
     result = engine_speedups(target=target, drafter=target, tokenizer=tokenizer, evaluation=EVAL,
                              validation=VALIDATION, seed=0, standalone=True)
-    assert result["accept_len"] == [1.0, 2.0, 3.0, 4.0]
+    assert result["engine_accept_len"] == [1.0, 2.0, 3.0, 4.0]
     assert result["greedy_mismatches"] == 0
     assert result["measured_speedup"][0] == 1.0
     assert all(t > 0 for t in result["tokens_per_s"])
@@ -47,7 +47,7 @@ def test_measure_speedup_job_compares_the_chosen_depth_with_the_best_measured(ti
     curve = Curve(condition="default", temperature=0.0, num_chains=10, cond_accept=(0.5, 0.5, 0.5),
                   survival=(0.5, 0.25, 0.125), accept_len=(1.0, 1.5, 1.75, 1.875))
     choice = choose_depth(curve, 0.1)
-    selected = {"choice": choice.to_dict(), "hardware": "cpu 1t x1 float32", "condition": "default",
+    selected = {"choice": choice.to_dict(), "hardware": "cpu 2t x1 float32", "condition": "default",
                 "temperature": 0.0}
     config = {"dtype": "auto", "drafter_kind": "eagle3", "evaluation": EVAL, "validation": VALIDATION, "seed": 0}
     inputs = {"target": {"files": target_files}, "drafter": {"files": drafter_files}, "depth": selected}
@@ -56,9 +56,14 @@ def test_measure_speedup_job_compares_the_chosen_depth_with_the_best_measured(ti
     assert len(tps) == 4 and check["predicted_speedup"] == list(choice.speedups)
     assert check["chosen_depth"] == choice.depth and tps[check["best_measured_depth"]] == max(tps)
     assert check["chosen_vs_best"] == pytest.approx(tps[choice.depth] / max(tps))
-    assert check["passed"] == (check["chosen_vs_best"] >= 0.95)
-    assert check["greedy_mismatches"] == 0 and check["accept_len"][0] == 1.0
-    assert all(a >= 1.0 for a in check["accept_len"])
+    assert check["passed"] == (check["chosen_vs_best"] >= 0.95) == (check["problems"] == [])
+    assert check["greedy_mismatches"] == 0 and check["engine_accept_len"][0] == 1.0
+    assert all(a >= 1.0 for a in check["engine_accept_len"])
+
+    # costs timed elsewhere (here: with another thread count) cannot validate this engine's speed
+    elsewhere = {**inputs, "depth": {**selected, "hardware": "cpu 1t x1 float32"}}
+    moved = run_job("measure_speedup", config, elsewhere, num_cpus=2, num_gpus=0)["speedup_check"]
+    assert not moved["passed"] and any("timed on cpu 1t" in p for p in moved["problems"])
 
     wrong = {**inputs, "depth": {**selected, "temperature": 1.0}}
     with pytest.raises(ValueError, match="another condition or temperature"):

@@ -109,7 +109,7 @@ def _speedup(depth: int, tokens_per_s: float, base_tokens_per_s: float = 40.0, *
     return {"target": "tiny-llama", "drafter": "eagle", "hardware": "cpu x1 float32",
             "condition": "greedy", "temperature": 0.0, "depth": depth,
             "tokens_per_s": tokens_per_s, "measured_speedup": tokens_per_s / base_tokens_per_s,
-            "predicted_speedup": 1.0 + 0.25 * depth, "accept_len": 1.0 + 0.5 * depth, **more}
+            "predicted_speedup": 1.0 + 0.25 * depth, "engine_accept_len": 1.0 + 0.5 * depth, **more}
 
 
 def _tuned(experiment_id: int, **overrides: object) -> dict:

@@ -82,7 +82,7 @@ def test_speedup_checks_round_trip_sorted_and_filtered(store: Store) -> None:
 
     greedy = [r for r in rows if r["job_hash"] == "bench-a" and r["condition"] == "greedy"]
     baseline = greedy[0]
-    assert (baseline["depth"], baseline["measured_speedup"], baseline["accept_len"]) == (0, 1, 1)
+    assert (baseline["depth"], baseline["measured_speedup"], baseline["engine_accept_len"]) == (0, 1, 1)
     assert [r["measured_speedup"] for r in greedy] == pytest.approx([1.0, 1.3, 1.45, 1.375])
     assert [r["predicted_speedup"] for r in greedy] == pytest.approx([1.0, 1.25, 1.5, 1.75])
     assert {r["drafter"] for r in store.speedup_rows(target="tiny-llama")} == {"eagle", "medusa"}
@@ -136,7 +136,9 @@ BROKEN_CHECKS = {
     "inf-predicted_speedup": (
         _speedup(1, 50.0, predicted_speedup=math.inf), r"predicted_speedup must be a finite"
     ),
-    "string-accept_len": (_speedup(1, 50.0, accept_len="2.0"), r"accept_len must be a finite"),
+    "string-engine_accept_len": (
+        _speedup(1, 50.0, engine_accept_len="2.0"), r"engine_accept_len must be a finite"
+    ),
     "long-hardware": (
         _speedup(1, 50.0, hardware="x" * 256), r"hardware must be a string of 1\.\.255"
     ),

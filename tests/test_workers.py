@@ -1,6 +1,7 @@
 """Workers run for real, small: speculative decoding is lossless, drafting modes agree, curves add up."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from workers.engine import EagleProposer, generate
@@ -173,3 +174,60 @@ def test_select_depth_builds_a_valid_schedule():
     check_schedule(schedule)
     assert schedule[0][0] == 1 and schedule[-1][1] == 256 and schedule[-1][2] == 0
     assert out["batch_depths"]["1"] == out["choice"]["depth"] == 4
+
+
+def test_select_depth_uses_the_timed_engine_iteration_unless_the_spec_gives_a_ratio():
+    from pipeline.types import CostProfile, Curve
+    from workers.jobs import run_job
+
+    curve = Curve("default", 0.0, 10, (0.9, 0.9), (0.9, 0.81), (1.0, 1.9, 2.71), decode_accept_len=(1.0, 1.6, 1.9))
+    cost = CostProfile("cpu", 0.2, 1.0, 1.0, pass_ms=(4.0, 6.0, 8.0))  # overheads: 1.5x and 2x a decode step
+    inputs = {"curve": {"curves": [curve.to_dict()]}, "cost": {"cost": cost.to_dict()}}
+    timed = run_job("select_depth", {"cost_ratio": None, "seed": 0}, inputs, num_cpus=1, num_gpus=0)["choice"]
+    assert timed["speedups"] == pytest.approx([1.0, 1.6 / 1.5, 1.9 / 2.0]) and timed["depth"] == 1
+    assert timed["cost_ratio"] == pytest.approx(0.2) and timed["cost_model"] == "timed"
+    assert (timed["accept_len"], timed["decode_accept_len"]) == (1.9, 1.6)  # the curve's and a decoder's
+    given = run_job("select_depth", {"cost_ratio": 0.1, "seed": 0}, inputs, num_cpus=1, num_gpus=0)["choice"]
+    assert given["speedups"] == pytest.approx([1.0, 1.6 / 1.1, 1.9 / 1.2]) and given["depth"] == 2
+    assert given["cost_model"] == "leviathan"
+    short = {**inputs, "cost": {"cost": {**cost.to_dict(), "pass_ms": [4.0, 6.0]}}}
+    with pytest.raises(ValueError, match="timed depths 0..1 but the curve has 0..2"):
+        run_job("select_depth", {"cost_ratio": None, "seed": 0}, short, num_cpus=1, num_gpus=0)
+
+
+def test_the_batch_schedule_never_deepens_as_the_batch_grows():
+    from pipeline.acceptance import depth_per_batch
+    from pipeline.types import CostProfile, Curve
+
+    curve = Curve("default", 0.0, 10, (0.9, 0.9), (0.9, 0.81), (1.0, 1.9, 2.71), decode_accept_len=(1.0, 1.5, 1.8))
+    # at B = 8 the verify pass is nearly free: alone it would pick k = 2, above B = 1's timed k = 0
+    cost = CostProfile("cpu", 0.1, 1.0, 1.0, batch_sizes=(1, 8, 64), draft_ms_by_batch=(0.1, 0.1, 0.1),
+                       verify_ms_by_batch=((1.0, 1.0, 1.0), (1.0, 1.0, 1.0), (1.0, 3.0, 5.0)))
+    assert depth_per_batch(curve, cost) == {1: 2, 8: 2, 64: 0}
+    assert depth_per_batch(curve, cost, first=0) == {1: 0, 8: 0, 64: 0}
+    assert depth_per_batch(curve, cost, first=1) == {1: 1, 8: 1, 64: 0}
+
+
+def test_workers_on_one_node_can_materialise_one_checkpoint_at_once(tmp_path):
+    import threading
+
+    from workers.checkpoint import materialise
+
+    files = {f"part{i}.bin": bytes([i]) * 2_000_000 for i in range(3)} | {"config.json": b"{}"}
+    for attempt in range(8):  # the old race (one shared .part name) hit about half the attempts
+        root, errors, folders = tmp_path / str(attempt), [], []
+
+        def work():
+            try:
+                folders.append(materialise(files, root))
+            except Exception as exc:  # noqa: BLE001 (the test reports whatever a writer hit)
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and len(set(folders)) == 1
+        assert {p.name for p in folders[0].iterdir()} == set(files) | {".complete"}  # no stray .part files
+        assert all((folders[0] / name).read_bytes() == blob for name, blob in files.items())

@@ -32,11 +32,12 @@ def materialise(files: Files, cache_root: str | Path | None = None) -> Path:
     if (folder / ".complete").is_file():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    for name, blob in files.items():
+    for name, blob in files.items():  # workers on one node may write the same folder at once
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".part")
-        tmp.write_bytes(blob)
-        tmp.replace(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+        with os.fdopen(fd, "wb") as out:
+            out.write(blob)
+        os.replace(tmp, path)  # atomic; writers of one hash write the same bytes, so either may win
     (folder / ".complete").write_text("ok")
     return folder

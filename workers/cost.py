@@ -58,7 +58,7 @@ def _draft_step(drafter, target, ctx: torch.Tensor, context_len: int):
 
 @torch.no_grad()
 def profile_cost(*, target, drafter, context_len: int, max_depth: int, warmup: int, repeats: int, seed: int,
-                 batch_sizes: tuple[int, ...] = (1,)) -> CostProfile:
+                 batch_sizes: tuple[int, ...] = (1,), standalone: bool = False) -> CostProfile:
     """Per batch size B: one drafter step, and target passes over k+1 new tokens for k = 0..max_depth
     (k = 0 is plain decoding), each for B sequences against a cached context of context_len."""
     device = next(target.parameters()).device
@@ -69,7 +69,7 @@ def profile_cost(*, target, drafter, context_len: int, max_depth: int, warmup: i
         draft_by_b.append(ms.pop("draft_ms"))
         verify_by_b.append(tuple(ms[f"verify_{k}"] for k in range(max_depth + 1)))
     one = list(batch_sizes).index(1)
-    passes = engine_pass_ms(target, drafter, context_len, max_depth, warmup, repeats, seed, device)
+    passes = engine_pass_ms(target, drafter, context_len, max_depth, warmup, repeats, seed, device, standalone)
     return CostProfile(
         hardware=hardware_id(device, dtype), draft_ms=draft_by_b[one], decode_ms=verify_by_b[one][0],
         verify_ms=verify_by_b[one][-1], batch_sizes=tuple(batch_sizes), draft_ms_by_batch=tuple(draft_by_b),
@@ -81,7 +81,7 @@ PASSES_PER_CALL = 4
 
 
 def engine_pass_ms(target, drafter, context_len: int, max_depth: int, warmup: int, repeats: int, seed: int,
-                   device) -> list[float]:
+                   device, standalone: bool) -> list[float]:
     """Milliseconds of one iteration of the real engine at batch size 1, for k = 0..max_depth.
 
     Each call decodes a few tokens greedily after a random context of context_len tokens; its
@@ -91,7 +91,7 @@ def engine_pass_ms(target, drafter, context_len: int, max_depth: int, warmup: in
     """
     from workers.engine import EagleProposer, ModelProposer, generate
 
-    proposer = EagleProposer(drafter) if hasattr(drafter, "cfg") else ModelProposer(drafter)
+    proposer = ModelProposer(drafter) if standalone else EagleProposer(drafter)
     vocab = target.get_output_embeddings().weight.shape[0]
     ctx = torch.randint(3, vocab, (1, context_len), generator=torch.Generator().manual_seed(seed)).to(device)
     samples: list[list[float]] = [[] for _ in range(max_depth + 1)]

@@ -96,7 +96,7 @@ def profile_cost(config: dict, inputs: dict, *, num_gpus: float, progress) -> di
     c = config["cost"]
     cost = profile(target=target, drafter=drafter, context_len=c["context_len"], max_depth=config["max_depth"],
                    warmup=c["warmup"], repeats=c["repeats"], seed=config["seed"],
-                   batch_sizes=tuple(c.get("batch_sizes", (1,))))
+                   batch_sizes=tuple(c.get("batch_sizes", (1,))), standalone=config.get("drafter_kind") == "standalone")
     return {"cost": cost.to_dict()}
 
 
@@ -107,16 +107,18 @@ def select_depth(config: dict, inputs: dict, *, num_gpus: float, progress) -> di
     walks = inputs["curve"].get("walks", [[]])[0]
     cost = CostProfile.from_dict(inputs["cost"]["cost"])
     ratio = config["cost_ratio"] if config["cost_ratio"] is not None else cost.cost_ratio
-    # the timed engine iteration when there is one, unless the spec overrides the cost ratio
-    timed = config["cost_ratio"] is None and len(cost.pass_ms) == len(curve.accept_len)
+    # the timed engine iteration, unless the spec overrides the cost ratio (cost tables from before
+    # engine iterations were timed have none)
+    if cost.pass_ms and len(cost.pass_ms) != len(curve.accept_len):
+        raise ValueError(f"the cost table timed depths 0..{len(cost.pass_ms) - 1} but the curve has 0..{curve.max_depth}")
+    timed = config["cost_ratio"] is None and bool(cost.pass_ms)
     pass_cost = [p / cost.pass_ms[0] for p in cost.pass_ms] if timed else None
     choice = choose_depth(curve, ratio, pass_cost=pass_cost, per_prompt=per_prompt or None, walks=walks or None,
                           seed=config.get("seed", 0))
     result = {"choice": choice.to_dict(), "hardware": cost.hardware, "condition": curve.condition,
               "temperature": curve.temperature}
     if cost.draft_ms_by_batch:  # the per-batch-size schedule, from the measured cost table
-        by_batch = depth_per_batch(curve, cost)
-        by_batch[1] = choice.depth  # batch size 1 keeps the noise-aware choice
+        by_batch = depth_per_batch(curve, cost, first=choice.depth)  # batch size 1 keeps the noise-aware choice
         result["batch_depths"] = {str(b): k for b, k in by_batch.items()}
         max_b = max(config.get("max_batch_size", max(by_batch)), max(by_batch))
         result["schedule"] = [list(r) for r in schedule_from_choices(by_batch, max_b)]
@@ -147,7 +149,14 @@ def measure_speedup(config: dict, inputs: dict, *, num_gpus: float, progress) ->
         "tolerance": config["validation"]["tolerance"],
         "hardware": hardware_id(param.device, param.dtype), "cost_hardware": selected["hardware"],
     }
-    check["passed"] = check["chosen_vs_best"] >= 1.0 - check["tolerance"]
+    problems = []
+    if check["chosen_vs_best"] < 1.0 - check["tolerance"]:
+        problems.append(f"the chosen depth reaches {check['chosen_vs_best']:.1%} of the best measured tokens/s")
+    if check["greedy_mismatches"]:
+        problems.append(f"{check['greedy_mismatches']} prompt(s) decoded differently from plain greedy decoding")
+    if check["hardware"] != check["cost_hardware"]:
+        problems.append(f"costs were timed on {check['cost_hardware']}, the engine ran on {check['hardware']}")
+    check["passed"], check["problems"] = not problems, problems
     return {"speedup_check": check}
 
 

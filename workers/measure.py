@@ -164,14 +164,19 @@ def _measure(target, drafter, prompts, evaluation, condition, temp, gen, standal
         ratios += my_ratios
         one = curve_from_sampled(my_ratios, my_alphas, condition=condition, temperature=temp)
         per_prompt.append([len(my_alphas), *(x * len(my_alphas) for x in one.survival)])
-        drawn = [_accepted_draws(r, walk_gen) for r in my_ratios]  # what a decoder's accept/reject would keep
-        walks.append([list(decode_walk(drawn, k)) for k in range(depth + 1)])
+        # what a decoder's accept/reject would keep, WALK_DRAWS times; an approximation at T > 0: the
+        # text after a rejection is the target's sample here, a residual draw in a decoder
+        draws = [[_accepted_draws(r, walk_gen) for r in my_ratios] for _ in range(WALK_DRAWS)]
+        walks.append([[sum(x) for x in zip(*(decode_walk(d, k) for d in draws))] for k in range(depth + 1)])
     if temp == 0:
         curve = curve_from_accepted(accepted, depth, condition=condition, temperature=temp)
     else:
         curve = curve_from_sampled(ratios, alphas, condition=condition, temperature=temp)
     curve = dataclasses.replace(curve, decode_accept_len=tuple(walk_accept_len(walks)))
     return curve, (stats.rows() if stats is not None else []), per_prompt, walks
+
+
+WALK_DRAWS = 8
 
 
 def _accepted_draws(ratios: list[float], gen) -> int:

@@ -1,6 +1,6 @@
 """Validation against reality: the real speculative engine timed at every depth k = 0..max_depth.
 
-The same held-out prompts are decoded at every k (k = 0 is plain decoding, the baseline), with
+Held-out prompts that the acceptance curve did not use are decoded at every k (k = 0 is plain decoding, the baseline), with
 the depths rotated from prompt to prompt so that drifts in machine speed hit every depth alike.
 Only the decoding after the prompt's pass is timed: the prefill is the same work at every k.
 Throughput is pooled, as acceptance is: all tokens emitted at k over all decoding time at k.
@@ -24,9 +24,10 @@ def engine_speedups(*, target, drafter, tokenizer, evaluation: dict, validation:
     """
     condition, temperature = evaluation["conditions"][0], evaluation["temperatures"][0]
     max_depth = evaluation["max_depth"]
+    curve_prompts = evaluation["num_prompts"]  # the same draw continued: prompts the curve never saw
     prompts = build_prompts(tokenizer, corpus=evaluation["corpus"], condition=condition,
-                            num_prompts=validation["num_prompts"], prompt_len=evaluation["prompt_len"],
-                            long_context_len=evaluation["long_context_len"], seed=seed)
+                            num_prompts=curve_prompts + validation["num_prompts"], prompt_len=evaluation["prompt_len"],
+                            long_context_len=evaluation["long_context_len"], seed=seed)[curve_prompts:]
     proposer = ModelProposer(drafter) if standalone else EagleProposer(drafter)
     device = next(target.parameters()).device
     depths = list(range(max_depth + 1))
@@ -54,7 +55,7 @@ def engine_speedups(*, target, drafter, tokenizer, evaluation: dict, validation:
         "condition": condition, "temperature": temperature,
         "tokens_per_s": tokens_per_s,
         "measured_speedup": [t / tokens_per_s[0] for t in tokens_per_s],
-        "accept_len": [t / p for t, p in zip(tokens, passes)],
+        "engine_accept_len": [t / p for t, p in zip(tokens, passes)],
         "greedy_mismatches": mismatches,
         "tokens": tokens, "seconds": seconds,
     }

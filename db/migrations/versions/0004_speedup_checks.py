@@ -37,7 +37,7 @@ def upgrade() -> None:
         sa.Column("tokens_per_s", sa.Float(), nullable=False),
         sa.Column("measured_speedup", sa.Float(), nullable=False),
         sa.Column("predicted_speedup", sa.Float(), nullable=False),
-        sa.Column("accept_len", sa.Float(), nullable=False),
+        sa.Column("engine_accept_len", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_speedup_checks")),
         sa.ForeignKeyConstraint(
             ["job_id"], ["jobs.id"], name=op.f("fk_speedup_checks_job_id_jobs")
