@@ -155,3 +155,17 @@ def test_validation_of_a_noise_condition_is_refused():
     assert any(m.startswith("validation: the engine drafts without noise") for m in info.value.messages)
     data["evaluation"]["conditions"].reverse()  # the depth is chosen for the first condition: fine now
     assert any(j.kind == "measure_speedup" for j in plan_of(data).jobs)
+
+
+def test_validation_needs_the_engine_timed_where_the_costs_were():
+    import pytest
+
+    from pipeline.errors import SpecError
+
+    data = modified(["validation"], {})
+    data["resources"] = {"profile_cost": {"num_cpus": 2}, "measure_speedup": {"num_cpus": 1}}
+    with pytest.raises(SpecError) as info:
+        plan_of(data)
+    assert any(m.startswith("resources.measure_speedup: give it what profile_cost has") for m in info.value.messages)
+    data["resources"]["measure_speedup"]["num_cpus"] = 2
+    assert sum(j.kind == "measure_speedup" for j in plan_of(data).jobs) == 2
