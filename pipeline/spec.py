@@ -228,7 +228,8 @@ class Validation(Strict):
     """Run the real speculative engine at every depth and compare with the predicted speedup."""
 
     num_prompts: int = Field(8, ge=1, description="held-out prompts decoded at every depth k = 0..max_depth")
-    new_tokens: int = Field(64, ge=2, description="tokens decoded per prompt and depth")
+    new_tokens: int | None = Field(None, ge=2, description="tokens decoded per prompt and depth (default: "
+                                                            "evaluation.continuation_len, as far as chains were measured)")
     repeats: int = Field(1, ge=1, description="passes over the prompts")
     warmup_prompts: int = Field(1, ge=0, description="prompts decoded untimed first, at every depth")
     tolerance: float = Field(0.05, ge=0, lt=1, description="the chosen depth must reach (1 - tolerance) x "
