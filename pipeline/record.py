@@ -37,8 +37,8 @@ def stored_result(job: Job, result: dict, checkpoints: Path) -> dict:
     """The JSON-able result kept in the database: checkpoint bytes replaced by their folder."""
     if "files" not in result:
         return result
-    folder = save_checkpoint(result["files"], checkpoints / job.hash)
-    return {**{k: v for k, v in result.items() if k != "files"}, "checkpoint_dir": str(folder)}
+    folder = save_checkpoint(result["files"], checkpoints / job.hash)  # absolute: runs start from any folder
+    return {**{k: v for k, v in result.items() if k != "files"}, "checkpoint_dir": str(folder.resolve())}
 
 
 def log_job(tracker: Tracker, run_id: str, job: Job, stored: dict) -> None:

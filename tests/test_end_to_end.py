@@ -73,6 +73,8 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
     jobs = store.jobs()
     assert len(jobs) == 11 and {j["status"] for j in jobs} == {"done"}
     assert all(j["attempts"] == 1 and j["mlflow_run_id"] for j in jobs)
+    trained = [store.finished_result(j["job_hash"]) for j in jobs if j["kind"].startswith("train")]
+    assert all(Path(t["checkpoint_dir"]).is_absolute() for t in trained)  # reusable from any folder
     best = store.best()
     assert {(r["target"], r["drafter"]) for r in best} == {("t0", "pre"), ("t0", "post")}
     for row in best:
