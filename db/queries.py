@@ -41,6 +41,10 @@ WORKLOAD_KEYS = ("target", "drafter", "hardware", "condition")
 _VERSION_KEYS = ("version", "active", "source", "curve_job_hash", "cost_job_hash",
                  "drafter_job_hash", "notes")
 BEST_KEYS = (*TUNED_KEYS[1:], "created_at", *_VERSION_KEYS, "schedule", "job_hash")
+# The keys of a curve row (one stored depth of a measured curve); a curve row adds "job_hash".
+CURVE_KEYS = (
+    "depth", "cond_accept", "survival", "accept_len", "target", "drafter", "condition", "temperature"
+)
 # The keys of each diagnostic the store is given; a diagnostic row adds "job_hash".
 DIAGNOSTIC_KEYS = ("target", "drafter", "condition", "temperature", "depth", "name", "value")
 # The keys of each speedup check the store is given; a speedup row adds "job_hash".
@@ -106,86 +110,55 @@ def _best_dict(row: TunedConfig, job_hash: str | None) -> dict:
     return out
 
 
-def curve_points(
-    session: Session, *, target: str | None, drafter: str | None, condition: str | None
+def _measured_rows(
+    session: Session,
+    model: type,
+    keys: tuple[str, ...],
+    order: tuple[str, ...],
+    *,
+    target: str | None,
+    drafter: str | None,
+    condition: str | None = None,
 ) -> list[dict]:
+    """Rows of a table of measured values (MeasuredAt) for a pairing, as dicts of ``keys`` plus
+    the job's hash, sorted by the columns named in ``order``."""
     statement = _pairing_filter(
-        select(CurvePoint, Job.job_hash).join(Job, Job.id == CurvePoint.job_id),
-        CurvePoint,
+        select(model, Job.job_hash).join(Job, Job.id == model.job_id),
+        model,
         target,
         drafter,
         condition,
-    ).order_by(
-        CurvePoint.target,
-        CurvePoint.drafter,
-        CurvePoint.condition,
-        CurvePoint.temperature,
-        CurvePoint.job_id,
-        CurvePoint.depth,
-    )
+    ).order_by(*(getattr(model, column) for column in order))
     return [
-        {
-            "depth": point.depth,
-            "cond_accept": point.cond_accept,
-            "survival": point.survival,
-            "accept_len": point.accept_len,
-            "target": point.target,
-            "drafter": point.drafter,
-            "condition": point.condition,
-            "temperature": point.temperature,
-            "job_hash": job_hash,
-        }
-        for point, job_hash in session.execute(statement)
+        {**{key: getattr(row, key) for key in keys}, "job_hash": job_hash}
+        for row, job_hash in session.execute(statement)
     ]
+
+
+def curve_points(
+    session: Session, *, target: str | None, drafter: str | None, condition: str | None
+) -> list[dict]:
+    """Sorted by target, drafter, condition, temperature, job, depth."""
+    order = ("target", "drafter", "condition", "temperature", "job_id", "depth")
+    return _measured_rows(session, CurvePoint, CURVE_KEYS, order,
+                          target=target, drafter=drafter, condition=condition)
 
 
 def diagnostic_values(
     session: Session, *, target: str | None, drafter: str | None, condition: str | None
 ) -> list[dict]:
     """Sorted by target, drafter, condition, name, depth; then temperature and job for ties."""
-    statement = _pairing_filter(
-        select(Diagnostic, Job.job_hash).join(Job, Job.id == Diagnostic.job_id),
-        Diagnostic,
-        target,
-        drafter,
-        condition,
-    ).order_by(
-        Diagnostic.target,
-        Diagnostic.drafter,
-        Diagnostic.condition,
-        Diagnostic.name,
-        Diagnostic.depth,
-        Diagnostic.temperature,
-        Diagnostic.job_id,
-    )
-    return [
-        {**{key: getattr(row, key) for key in DIAGNOSTIC_KEYS}, "job_hash": job_hash}
-        for row, job_hash in session.execute(statement)
-    ]
+    order = ("target", "drafter", "condition", "name", "depth", "temperature", "job_id")
+    return _measured_rows(session, Diagnostic, DIAGNOSTIC_KEYS, order,
+                          target=target, drafter=drafter, condition=condition)
 
 
 def speedup_checks(
     session: Session, *, target: str | None, drafter: str | None
 ) -> list[dict]:
     """Sorted by target, drafter, hardware, condition, temperature, job, depth."""
-    statement = _pairing_filter(
-        select(SpeedupCheck, Job.job_hash).join(Job, Job.id == SpeedupCheck.job_id),
-        SpeedupCheck,
-        target,
-        drafter,
-    ).order_by(
-        SpeedupCheck.target,
-        SpeedupCheck.drafter,
-        SpeedupCheck.hardware,
-        SpeedupCheck.condition,
-        SpeedupCheck.temperature,
-        SpeedupCheck.job_id,
-        SpeedupCheck.depth,
-    )
-    return [
-        {**{key: getattr(row, key) for key in SPEEDUP_KEYS}, "job_hash": job_hash}
-        for row, job_hash in session.execute(statement)
-    ]
+    order = ("target", "drafter", "hardware", "condition", "temperature", "job_id", "depth")
+    return _measured_rows(session, SpeedupCheck, SPEEDUP_KEYS, order, target=target, drafter=drafter)
 
 
 def experiment_summaries(session: Session) -> list[dict]:

@@ -160,19 +160,29 @@ def _checked_row(
     if missing or unknown:
         raise StoreError(f"{where}: missing keys {missing}, unknown keys {unknown}")
     for key, limit in text.items():
-        value = entry[key]
-        if not isinstance(value, str) or not value or len(value) > limit:
-            raise StoreError(
-                f"{where}: {key} must be a string of 1..{limit} characters, got {value!r}"
-            )
-    depth = entry["depth"]
+        _check_text(entry[key], key, limit, where)
+    return {
+        **entry,
+        "depth": _checked_depth(entry["depth"], where),
+        **{key: _checked_number(entry[key], key, where) for key in numbers},
+    }
+
+
+def _check_text(value: object, key: str, limit: int, where: str) -> None:
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise StoreError(f"{where}: {key} must be a string of 1..{limit} characters, got {value!r}")
+
+
+def _checked_depth(depth: object, where: str) -> int:
     if not isinstance(depth, Integral) or isinstance(depth, bool) or depth < 0:
         raise StoreError(f"{where}: depth must be an integer >= 0, got {depth!r}")
-    for key in numbers:
-        number = entry[key]
-        if not isinstance(number, Real) or isinstance(number, bool) or not math.isfinite(number):
-            raise StoreError(f"{where}: {key} must be a finite number, got {number!r}")
-    return {**entry, "depth": int(depth), **{key: float(entry[key]) for key in numbers}}
+    return int(depth)
+
+
+def _checked_number(number: object, key: str, where: str) -> float:
+    if not isinstance(number, Real) or isinstance(number, bool) or not math.isfinite(number):
+        raise StoreError(f"{where}: {key} must be a finite number, got {number!r}")
+    return float(number)
 
 
 def add_offline_version(session: Session, job: Job, tuned: dict) -> None:
@@ -217,22 +227,11 @@ def checked_tuned(tuned: dict, where: str) -> dict:
     """The column values of a tuned config, checked the same way for both backends."""
     values = {key: tuned.get(key) for key in (*TUNED_KEYS, *_TUNED_COLUMNS) if key in tuned}
     for key, (limit, required) in _TUNED_TEXT.items():
-        text = values.get(key)
-        if text is None and not required:
-            continue
-        if not isinstance(text, str) or not text or len(text) > limit:
-            raise StoreError(
-                f"{where}: {key} must be a string of 1..{limit} characters, got {text!r}"
-            )
-    depth = values["depth"]
-    if not isinstance(depth, Integral) or isinstance(depth, bool) or depth < 0:
-        raise StoreError(f"{where}: depth must be an integer >= 0, got {depth!r}")
-    values["depth"] = int(depth)
+        if values.get(key) is not None or required:
+            _check_text(values.get(key), key, limit, where)
+    values["depth"] = _checked_depth(values["depth"], where)
     for key in ("temperature", "accept_len", "speedup", "cost_ratio"):
-        number = values[key]
-        if not isinstance(number, Real) or isinstance(number, bool) or not math.isfinite(number):
-            raise StoreError(f"{where}: {key} must be a finite number, got {number!r}")
-        values[key] = float(number)
+        values[key] = _checked_number(values[key], key, where)
     notes = values.get("notes")
     if notes is not None and not isinstance(notes, str):
         raise StoreError(f"{where}: notes must be a string or None, got {notes!r}")
