@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pipeline import emitters
 from pipeline.errors import UserError
+from pipeline.types import relative_pass_cost
 
 ENGINES = ("vllm", "sglang", "trtllm")
 
@@ -122,15 +123,15 @@ def from_metrics(store, sources: list[str], *, model_name: str | None, drafter: 
 def _timed_passes(store, row: dict, curve, cost_ratio: float):
     """(curve, pass_cost, note): the stored cost table's timed engine iterations, as the offline choice
     used them; depths beyond those it timed are dropped. Leviathan's model when it has none."""
-    cost = (store.finished_result(row["cost_job_hash"]) or {}).get("cost", {}) if row.get("cost_job_hash") else {}
-    pass_ms = cost.get("pass_ms") or []
-    if len(pass_ms) < 2:
+    stored = store.finished_result(row["cost_job_hash"]) if row.get("cost_job_hash") else None
+    pass_cost = relative_pass_cost((stored or {}).get("cost", {}).get("pass_ms", []))
+    if len(pass_cost) < 2:
         return curve, None, f"Leviathan's model at the stored c = {cost_ratio:.3f}"
-    depth = min(curve.max_depth, len(pass_ms) - 1)
+    depth = min(curve.max_depth, len(pass_cost) - 1)
     cut = dataclasses.replace(curve, cond_accept=curve.cond_accept[:depth], survival=curve.survival[:depth],
                               accept_len=curve.accept_len[: depth + 1])
     note = f"timed engine iterations of cost job {row['cost_job_hash'][:10]}"
-    return cut, [p / pass_ms[0] for p in pass_ms[: depth + 1]], note
+    return cut, pass_cost[: depth + 1], note
 
 
 def _drift_report(store, target: str, drafter: str, curve) -> str:

@@ -114,25 +114,24 @@ def run(
         store.close()
 
 
-def _selected(plan, store) -> list[dict]:
-    """The depth choices of this plan's select jobs (run now or reused), for the summary table."""
-    rows = []
+def _finished(plan, store, kind: str):
+    """(job, stored result) of this plan's finished jobs of one kind (run now or reused)."""
     for job in plan.jobs:
-        stored = store.finished_result(job.hash) if job.kind == "select_depth" else None
+        stored = store.finished_result(job.hash) if job.kind == kind else None
         if stored is not None:
-            rows.append({"target": job.target, "drafter": job.drafter, "hardware": stored["hardware"],
-                         **stored["choice"]})
-    return rows
+            yield job, stored
+
+
+def _selected(plan, store) -> list[dict]:
+    """The depth choices of this plan's select jobs, for the summary table."""
+    return [{"target": job.target, "drafter": job.drafter, "hardware": stored["hardware"], **stored["choice"]}
+            for job, stored in _finished(plan, store, "select_depth")]
 
 
 def _speedup_checks(plan, store) -> list[tuple[str, str, dict]]:
-    """The engine benchmarks of this plan's measure_speedup jobs (run now or reused)."""
-    found = []
-    for job in plan.jobs:
-        stored = store.finished_result(job.hash) if job.kind == "measure_speedup" else None
-        if stored is not None:
-            found.append((job.target, job.drafter, stored["speedup_check"]))
-    return found
+    """The engine benchmarks of this plan's measure_speedup jobs."""
+    return [(job.target, job.drafter, stored["speedup_check"])
+            for job, stored in _finished(plan, store, "measure_speedup")]
 
 
 def _print_plan(plan, workdir: Path, db: str | None) -> None:
@@ -168,15 +167,20 @@ def best(
         rows = store.best(target=target, drafter=drafter, history=history)
     finally:
         store.close()
+    from pipeline.report import best_table
+
+    _show(rows, as_json, "no tuned configs yet: run `specfleet run SPEC` first", lambda: best_table(rows))
+
+
+def _show(rows: list[dict], as_json: bool, none_yet: str, table) -> None:
+    """Rows as a JSON list, or as the table `table()` builds; none at all is an error on the table."""
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")
         return
     if not rows:
-        err.print("no tuned configs yet: run `specfleet run SPEC` first")
+        err.print(none_yet)
         raise typer.Exit(1)
-    from pipeline.report import best_table
-
-    out.print(best_table(rows))
+    out.print(table())
 
 
 @app.command()
@@ -191,25 +195,28 @@ def speedups(
     store = _store(workdir, db)
     try:
         rows = store.speedup_rows(target=target, drafter=drafter)
-        checks = []
-        for job_hash in dict.fromkeys(r["job_hash"] for r in rows):  # one benchmark per job, in row order
-            mine = next(r for r in rows if r["job_hash"] == job_hash)
-            stored = store.finished_result(job_hash)
-            if stored is None:  # re-running right now: its old rows stay until it finishes
-                err.print(f"skipped {mine['target']}/{mine['drafter']}: its benchmark job is not finished")
-                continue
-            checks.append((mine["target"], mine["drafter"], stored["speedup_check"]))
+        checks = [] if as_json else _benchmarks(store, rows)
     finally:
         store.close()
-    if as_json:
-        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
-        return
-    if not rows:
-        err.print("no engine benchmarks yet: add a `validation:` section to the spec and run it")
-        raise typer.Exit(1)
     from pipeline.report import speedup_table
 
-    out.print(speedup_table(checks))
+    _show(rows, as_json, "no engine benchmarks yet: add a `validation:` section to the spec and run it",
+          lambda: speedup_table(checks))
+
+
+def _benchmarks(store, rows: list[dict]) -> list[tuple[str, str, dict]]:
+    """(target, drafter, speedup check) of each benchmark job that has rows, in row order."""
+    first: dict[str, dict] = {}
+    for r in rows:
+        first.setdefault(r["job_hash"], r)
+    found = []
+    for job_hash, row in first.items():
+        stored = store.finished_result(job_hash)
+        if stored is None:  # re-running right now: its old rows stay until it finishes
+            err.print(f"skipped {row['target']}/{row['drafter']}: its benchmark job is not finished")
+            continue
+        found.append((row["target"], row["drafter"], stored["speedup_check"]))
+    return found
 
 
 @app.command()
@@ -322,7 +329,7 @@ def drift(
     conditions = findings.ordered_conditions(curves)
     condition = condition or conditions[0]
     t0 = min(r["temperature"] for r in curves)  # per-depth tables at the lowest temperature measured
-    from pipeline.report import DRIFT_NAMES
+    from pipeline.types import DRIFT_NAMES
 
     for name in DRIFT_NAMES:
         values = findings.by_depth(diags, name=name, condition=condition, temperature=t0)

@@ -11,9 +11,9 @@ import tempfile
 from pathlib import Path
 
 from pipeline.plan import Job
-from pipeline.report import DRIFT_NAMES, plot_comparison, plot_curve, plot_drift, plot_speedup, plot_speedup_check
+from pipeline.report import plot_comparison, plot_curve, plot_drift, plot_speedup, plot_speedup_check
 from pipeline.tracking import Tracker
-from pipeline.types import CostProfile, Curve, DepthChoice
+from pipeline.types import DRIFT_NAMES, CostProfile, Curve, DepthChoice
 
 
 def save_checkpoint(files: dict[str, bytes], folder: Path) -> Path:

@@ -5,10 +5,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from pipeline.types import Curve, DepthChoice
-
-
-DRIFT_NAMES = ("rms", "sink_attn", "recent_attn", "attn_entropy")  # the per-depth drift diagnostics
+from pipeline.types import DRIFT_NAMES, Curve, DepthChoice
 
 
 def pyplot():

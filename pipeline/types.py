@@ -8,6 +8,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 
+# The per-depth attention-drift diagnostics, measured beside EAGLE curves (workers/diagnostics.py).
+DRIFT_NAMES = ("rms", "sink_attn", "recent_attn", "attn_entropy")
+
+
 @dataclass(frozen=True)
 class Curve:
     """Acceptance versus depth for one pairing under one evaluation condition.
@@ -46,6 +50,11 @@ class Curve:
         )
 
 
+def relative_pass_cost(pass_ms) -> list[float]:
+    """The engine iteration at every k in plain decode steps (pass_cost[0] = 1); [] if not timed."""
+    return [p / pass_ms[0] for p in pass_ms]
+
+
 @dataclass(frozen=True)
 class CostProfile:
     """Timings of one drafter step and one target pass, measured on one worker's device."""
@@ -64,6 +73,11 @@ class CostProfile:
     @property
     def cost_ratio(self) -> float:
         return self.draft_ms / self.decode_ms
+
+    @property
+    def pass_cost(self) -> list[float]:
+        return relative_pass_cost(self.pass_ms)
+
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -89,9 +89,9 @@ def engine_pass_ms(target, drafter, context_len: int, max_depth: int, warmup: in
     median over repeats, depths interleaved, is the figure. An iteration costs about the same
     whatever is accepted, so random text times it as well as real text does, overheads included.
     """
-    from workers.engine import EagleProposer, ModelProposer, generate
+    from workers.engine import generate, proposer_for
 
-    proposer = ModelProposer(drafter) if standalone else EagleProposer(drafter)
+    proposer = proposer_for(drafter, standalone=standalone)
     vocab = target.get_output_embeddings().weight.shape[0]
     ctx = torch.randint(3, vocab, (1, context_len), generator=torch.Generator().manual_seed(seed)).to(device)
     samples: list[list[float]] = [[] for _ in range(max_depth + 1)]

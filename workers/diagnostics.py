@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-PER_DEPTH = ("rms", "sink_attn", "recent_attn", "attn_entropy")
+from pipeline.types import DRIFT_NAMES
 
 
 def _rms(x: torch.Tensor) -> torch.Tensor:
@@ -31,7 +31,7 @@ class DriftStats:
 
     def __init__(self, depth: int):
         self.depth = depth
-        self.sums = {name: [0.0] * depth for name in PER_DEPTH}
+        self.sums = {name: [0.0] * depth for name in DRIFT_NAMES}
         self.flat: dict[str, float] = {}
         self.chains = 0
 
@@ -58,6 +58,6 @@ class DriftStats:
     def rows(self) -> list[tuple[int, str, float]]:
         """(depth, name, mean) for every diagnostic."""
         n = max(self.chains, 1)
-        out = [(k + 1, name, self.sums[name][k] / n) for name in PER_DEPTH for k in range(self.depth)]
+        out = [(k + 1, name, self.sums[name][k] / n) for name in DRIFT_NAMES for k in range(self.depth)]
         out += [(0, name, total / n) for name, total in sorted(self.flat.items())]
         return out

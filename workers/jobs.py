@@ -112,7 +112,7 @@ def select_depth(config: dict, inputs: dict, *, num_gpus: float, progress) -> di
     if cost.pass_ms and len(cost.pass_ms) != len(curve.accept_len):
         raise ValueError(f"the cost table timed depths 0..{len(cost.pass_ms) - 1} but the curve has 0..{curve.max_depth}")
     timed = config["cost_ratio"] is None and bool(cost.pass_ms)
-    pass_cost = [p / cost.pass_ms[0] for p in cost.pass_ms] if timed else None
+    pass_cost = cost.pass_cost if timed else None
     choice = choose_depth(curve, ratio, pass_cost=pass_cost, per_prompt=per_prompt or None, walks=walks or None,
                           seed=config.get("seed", 0))
     result = {"choice": choice.to_dict(), "hardware": cost.hardware, "condition": curve.condition,

@@ -13,7 +13,7 @@ import statistics
 
 import torch
 
-from workers.engine import EagleProposer, ModelProposer, generate
+from workers.engine import generate, proposer_for
 from workers.prompts import build_prompts
 
 
@@ -32,7 +32,7 @@ def engine_speedups(*, target, drafter, tokenizer, evaluation: dict, validation:
     prompts = build_prompts(tokenizer, corpus=evaluation["corpus"], condition=condition,
                             num_prompts=curve_prompts + validation["num_prompts"], prompt_len=evaluation["prompt_len"],
                             long_context_len=evaluation["long_context_len"], seed=seed)[curve_prompts:]
-    proposer = ModelProposer(drafter) if standalone else EagleProposer(drafter)
+    proposer = proposer_for(drafter, standalone=standalone)
     device = next(target.parameters()).device
     depths = list(range(max_depth + 1))
     seconds, tokens, passes = [0.0] * len(depths), [0] * len(depths), [0] * len(depths)
