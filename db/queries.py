@@ -35,15 +35,17 @@ TUNED_KEYS = (
     "mlflow_run_id",
 )
 # Keys a tuned config may carry besides TUNED_KEYS (each may be None).
-TUNED_OPTIONAL_KEYS = ("schedule", "curve_job_hash", "cost_job_hash", "drafter_job_hash")
+TUNED_OPTIONAL_KEYS = ("schedule", "curve_job_hash", "cost_job_hash", "drafter_job_hash", "decode_accept_len",
+                       "cost_model", "pass_cost")
 # One active tuned-config version per workload; "condition" is the workload's traffic.
 WORKLOAD_KEYS = ("target", "drafter", "hardware", "condition")
 _VERSION_KEYS = ("version", "active", "source", "curve_job_hash", "cost_job_hash",
-                 "drafter_job_hash", "notes")
-BEST_KEYS = (*TUNED_KEYS[1:], "created_at", *_VERSION_KEYS, "schedule", "job_hash")
+                 "drafter_job_hash", "notes", "decode_accept_len", "cost_model")
+BEST_KEYS = (*TUNED_KEYS[1:], "created_at", *_VERSION_KEYS, "schedule", "pass_cost", "job_hash")
 # The keys of a curve row (one stored depth of a measured curve); a curve row adds "job_hash".
 CURVE_KEYS = (
-    "depth", "cond_accept", "survival", "accept_len", "target", "drafter", "condition", "temperature"
+    "depth", "cond_accept", "survival", "accept_len", "decode_accept_len", "target", "drafter", "condition",
+    "temperature",
 )
 # The keys of each diagnostic the store is given; a diagnostic row adds "job_hash".
 DIAGNOSTIC_KEYS = ("target", "drafter", "condition", "temperature", "depth", "name", "value")
@@ -106,6 +108,7 @@ def _best_dict(row: TunedConfig, job_hash: str | None) -> dict:
     out = {key: getattr(row, key) for key in (*TUNED_KEYS[1:], *_VERSION_KEYS)}
     out["created_at"] = iso(row.created_at)
     out["schedule"] = None if row.schedule_json is None else json.loads(row.schedule_json)
+    out["pass_cost"] = None if row.pass_cost_json is None else json.loads(row.pass_cost_json)
     out["job_hash"] = job_hash
     return out
 

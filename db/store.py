@@ -24,7 +24,7 @@ from db.queries import BEST_KEYS, DIAGNOSTIC_KEYS, SPEEDUP_KEYS, TUNED_KEYS, TUN
 from db.tables import Base, Experiment, ExperimentJob, Job, utc_now
 
 if TYPE_CHECKING:  # only read through attributes, so db does not import pipeline at runtime
-    from pipeline.types import Curve
+    from pipeline.core.types import Curve
 
 __all__ = [
     "BEST_KEYS",

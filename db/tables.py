@@ -30,6 +30,8 @@ from sqlalchemy.types import TypeDecorator
 JOB_STATUSES = ("pending", "running", "done", "failed")
 # Where a tuned-config version came from: an offline select job, or production measurements.
 TUNED_SOURCES = ("offline", "production")
+# How a depth choice costed a target pass: timed engine iterations, or Leviathan's k c + 1.
+COST_MODELS = ("timed", "leviathan")
 
 NAME_LEN = 255  # model ids and local paths, experiment and job names, hardware descriptions
 HASH_LEN = 64  # sha256 hex digests
@@ -159,10 +161,13 @@ class CurvePoint(MeasuredAt, Base):
     cond_accept: Mapped[float] = mapped_column(Float)
     survival: Mapped[float] = mapped_column(Float)
     accept_len: Mapped[float] = mapped_column(Float)
+    # a decoder's tokens per target pass at this depth (what the depth choice maximises);
+    # None for curves measured before it was
+    decode_accept_len: Mapped[float | None] = mapped_column(Float)
 
 
 class Diagnostic(MeasuredAt, Base):
-    """One named scalar measured beside a curve, long format: one row per (depth, name).
+    """One named drift diagnostic measured beside a curve, long format: one row per (depth, name).
 
     Per-depth values (``rms``, ``sink_attn``, ``recent_attn``, ``attn_entropy``) use depth
     1..max_depth; values that belong to the whole curve and have no depth use depth 0.
@@ -259,3 +264,9 @@ class TunedConfig(Base):
     cost_job_hash: Mapped[str | None] = mapped_column(String(HASH_LEN))
     drafter_job_hash: Mapped[str | None] = mapped_column(String(HASH_LEN))
     notes: Mapped[str | None] = mapped_column(Text)
+    # what the choice maximised and how it costed a pass: a decoder's tokens per target pass at
+    # `depth`, "timed" (engine iterations) or "leviathan" (k c + 1), and the timed cost of a pass
+    # at every k in decode steps as JSON [1.0, ...]
+    decode_accept_len: Mapped[float | None] = mapped_column(Float)
+    cost_model: Mapped[str | None] = mapped_column(String(TAG_LEN))
+    pass_cost_json: Mapped[str | None] = mapped_column(Text)

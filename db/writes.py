@@ -25,6 +25,7 @@ from db.queries import (
     WORKLOAD_KEYS,
 )
 from db.tables import (
+    COST_MODELS,
     HASH_LEN,
     NAME_LEN,
     TAG_LEN,
@@ -36,7 +37,7 @@ from db.tables import (
 )
 
 if TYPE_CHECKING:  # only read through attributes, so db does not import pipeline at runtime
-    from pipeline.types import Curve
+    from pipeline.core.types import Curve
 
 # The longest string each text column of a diagnostic takes, and its number columns.
 _DIAGNOSTIC_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN, "name": TAG_LEN}
@@ -87,11 +88,13 @@ def replace_curves(
 
 def _curve_rows(job_id: int, target: str, drafter: str, curve: Curve) -> list[CurvePoint]:
     depths = curve.max_depth
-    if len(curve.cond_accept) != depths or len(curve.accept_len) != depths + 1:
+    walked = len(curve.decode_accept_len)
+    if len(curve.cond_accept) != depths or len(curve.accept_len) != depths + 1 or walked not in (0, depths + 1):
         raise StoreError(
             f"curve {target}/{drafter} ({curve.condition}, T={curve.temperature}): need "
             f"max_depth={depths} cond_accept and survival values and {depths + 1} accept_len "
-            f"values, got {len(curve.cond_accept)}, {depths}, {len(curve.accept_len)}"
+            f"(and decode_accept_len, if any) values, got {len(curve.cond_accept)}, {depths}, "
+            f"{len(curve.accept_len)}, {walked}"
         )
     return [
         CurvePoint(
@@ -104,6 +107,7 @@ def _curve_rows(job_id: int, target: str, drafter: str, curve: Curve) -> list[Cu
             cond_accept=curve.cond_accept[depth - 1],
             survival=curve.survival[depth - 1],
             accept_len=curve.accept_len[depth],
+            decode_accept_len=curve.decode_accept_len[depth] if curve.decode_accept_len else None,
         )
         for depth in range(1, depths + 1)
     ]
@@ -232,6 +236,16 @@ def checked_tuned(tuned: dict, where: str) -> dict:
     values["depth"] = _checked_depth(values["depth"], where)
     for key in ("temperature", "accept_len", "speedup", "cost_ratio"):
         values[key] = _checked_number(values[key], key, where)
+    if values.get("decode_accept_len") is not None:
+        values["decode_accept_len"] = _checked_number(values["decode_accept_len"], "decode_accept_len", where)
+    if values.get("cost_model") not in (None, *COST_MODELS):
+        raise StoreError(f"{where}: cost_model must be one of {COST_MODELS} or None, got {values['cost_model']!r}")
+    pass_cost = values.pop("pass_cost", None)
+    if pass_cost is not None:
+        if not isinstance(pass_cost, (list, tuple)) or len(pass_cost) <= values["depth"]:
+            raise StoreError(f"{where}: pass_cost must give a cost for every k = 0..depth, got {pass_cost!r}")
+        values["pass_cost_json"] = json.dumps(
+            [_checked_number(c, "pass_cost", where) for c in pass_cost])
     notes = values.get("notes")
     if notes is not None and not isinstance(notes, str):
         raise StoreError(f"{where}: notes must be a string or None, got {notes!r}")

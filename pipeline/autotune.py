@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 from pipeline import emitters
+from pipeline.core.schedule import check_schedule
 from pipeline.errors import UserError
-from pipeline.types import relative_pass_cost
 
 ENGINES = ("vllm", "sglang", "trtllm")
 
@@ -26,40 +26,28 @@ def schedule_of(row: dict) -> list[tuple[int, int, int]]:
 
 
 def drafter_path(store, row: dict, workdir: Path, given: str | None) -> tuple[str, str]:
-    """(path, vLLM method) for the row's drafter: the given path, or an export of its checkpoint."""
+    """(path, vLLM method) for the row's drafter: the given path, or its family's export of the
+    trained checkpoint (written once under workdir/exports)."""
     if given:
         return given, "eagle3"
+    from pipeline.record import finished
+
     job = row.get("drafter_job_hash")
-    stored = store.finished_result(job) if job else None
-    if not stored or "checkpoint_dir" not in stored:
-        raise UserError(f"--drafter-path: no trained drafter checkpoint is recorded for "
-                        f"{row['target']}/{row['drafter']}; name the drafter's path")
-    folder = Path(stored["checkpoint_dir"])
-    if (folder / "tokenizer_config.json").is_file() or not (folder / "model.safetensors").is_file():
-        return str(folder.resolve()), "draft_model"  # a standalone causal LM: its HF folder as it is
-    out = workdir / "exports" / job
-    if not (out / "config.json").is_file():
-        _export(folder, out)
-    return str(out.resolve()), "eagle3"
+    trained = finished(store, "train_drafter", job) if job else None
+    if trained is None or trained.family is None:
+        raise UserError(f"--drafter-path: no trained drafter checkpoint (with its family) is recorded for "
+                        f"{row['target']}/{row['drafter']}; rerun its experiment or name the drafter's path")
+    from workers.family import family_of  # torch, only when exporting
 
-
-def _export(checkpoint: Path, out: Path) -> None:
-    import torch
-
-    from pipeline.record import load_checkpoint
-    from workers.export import export_eagle3
-    from workers.train_drafter import load_drafter
-
-    drafter = load_drafter(load_checkpoint(checkpoint), device="cpu", dtype=torch.float32)
     try:
-        export_eagle3(drafter, out)
+        return family_of(trained.family).export(Path(trained.checkpoint_dir), workdir / "exports" / job)
     except ValueError as exc:
         raise UserError(f"--engine: {exc}; pass --drafter-path to a checkpoint the engine can run") from None
 
 
 def render(engine: str, schedule: list[tuple[int, int, int]], *, model: str, method: str) -> str:
     """The engine config as text, after checking every rule of that engine."""
-    emitters.check_schedule(schedule)
+    check_schedule(schedule)
     if max(k for _, _, k in schedule) == 0:
         raise UserError("--engine: speculation does not pay for this pairing on this hardware (depth 0 "
                         "at every batch size); serve without a drafter")
@@ -90,7 +78,7 @@ def render(engine: str, schedule: list[tuple[int, int, int]], *, model: str, met
 def from_metrics(store, sources: list[str], *, model_name: str | None, drafter: str, cost_ratio: float | None,
                  hardware: str | None, temperature: float, code_version: str) -> tuple[dict, str]:
     """Production acceptance -> a new active 'production' tuned config. Returns (row, drift report)."""
-    from pipeline.acceptance import choose_depth
+    from pipeline.core.choice import choose_depth
     from pipeline.prod_metrics import parse_counters, production_curve, read_source, window
 
     if not 1 <= len(sources) <= 2:
@@ -121,17 +109,22 @@ def from_metrics(store, sources: list[str], *, model_name: str | None, drafter: 
 
 
 def _timed_passes(store, row: dict, curve, cost_ratio: float):
-    """(curve, pass_cost, note): the stored cost table's timed engine iterations, as the offline choice
-    used them; depths beyond those it timed are dropped. Leviathan's model when it has none."""
-    stored = store.finished_result(row["cost_job_hash"]) if row.get("cost_job_hash") else None
-    pass_cost = relative_pass_cost((stored or {}).get("cost", {}).get("pass_ms", []))
-    if len(pass_cost) < 2:
+    """(curve, pass_cost, note): the pass costs the offline choice used, stored with its tuned config
+    (with the cost job's timings for versions stored before that); depths beyond those timed are
+    dropped. Leviathan's model at the stored ratio when the offline choice used that."""
+    pass_cost, source = row.get("pass_cost"), "the offline choice's timed engine iterations"
+    if row.get("cost_model") is None and row.get("cost_job_hash"):  # stored before cost models were kept
+        from pipeline.record import finished
+
+        profiled = finished(store, "profile_cost", row["cost_job_hash"])
+        pass_cost = profiled.cost.pass_cost if profiled is not None else None
+        source = f"timed engine iterations of cost job {row['cost_job_hash'][:10]}"
+    if row.get("cost_model") == "leviathan" or not pass_cost or len(pass_cost) < 2:
         return curve, None, f"Leviathan's model at the stored c = {cost_ratio:.3f}"
     depth = min(curve.max_depth, len(pass_cost) - 1)
     cut = dataclasses.replace(curve, cond_accept=curve.cond_accept[:depth], survival=curve.survival[:depth],
                               accept_len=curve.accept_len[: depth + 1])
-    note = f"timed engine iterations of cost job {row['cost_job_hash'][:10]}"
-    return cut, pass_cost[: depth + 1], note
+    return cut, list(pass_cost[: depth + 1]), source
 
 
 def _drift_report(store, target: str, drafter: str, curve) -> str:

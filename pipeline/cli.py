@@ -5,6 +5,7 @@ MLflow, Ray cluster); everything that changes results is in the spec.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -89,7 +90,7 @@ def run(
     store = _store(workdir, db)
     try:
         summary = run_plan(plan, spec=parsed, spec_text=text, store=store, tracker=tracker,
-                           workdir=workdir, address=address, console=err)
+                           workdir=workdir, connect=lambda: _ray_cluster(address), console=err)
         names = {j.hash: j.name for j in plan.jobs}
         out.print(f"experiment {parsed.name} (id {summary.experiment_id}, MLflow run {summary.mlflow_run_id}) on "
                   f"{summary.cluster}: {len(summary.done)} ran, {len(summary.cached)} reused, "
@@ -114,24 +115,33 @@ def run(
         store.close()
 
 
+def _ray_cluster(address: str | None):
+    from pipeline.cluster import connect  # ray is imported only when something runs
+
+    return connect(address)
+
+
 def _finished(plan, store, kind: str):
-    """(job, stored result) of this plan's finished jobs of one kind (run now or reused)."""
+    """(job, typed result) of this plan's finished jobs of one kind (run now or reused)."""
+    from pipeline.record import finished
+
     for job in plan.jobs:
-        stored = store.finished_result(job.hash) if job.kind == kind else None
-        if stored is not None:
-            yield job, stored
+        result = finished(store, kind, job.hash) if job.kind == kind else None
+        if result is not None:
+            yield job, result
 
 
 def _selected(plan, store) -> list[dict]:
     """The depth choices of this plan's select jobs, for the summary table."""
-    return [{"target": job.target, "drafter": job.drafter, "hardware": stored["hardware"], **stored["choice"]}
-            for job, stored in _finished(plan, store, "select_depth")]
+    return [{"target": job.target, "drafter": job.drafter, "hardware": selected.hardware,
+             **dataclasses.asdict(selected.choice)}
+            for job, selected in _finished(plan, store, "select_depth")]
 
 
-def _speedup_checks(plan, store) -> list[tuple[str, str, dict]]:
+def _speedup_checks(plan, store) -> list[tuple[str, str, object]]:
     """The engine benchmarks of this plan's measure_speedup jobs."""
-    return [(job.target, job.drafter, stored["speedup_check"])
-            for job, stored in _finished(plan, store, "measure_speedup")]
+    return [(job.target, job.drafter, validated.speedup_check)
+            for job, validated in _finished(plan, store, "measure_speedup")]
 
 
 def _print_plan(plan, workdir: Path, db: str | None) -> None:
@@ -204,18 +214,20 @@ def speedups(
           lambda: speedup_table(checks))
 
 
-def _benchmarks(store, rows: list[dict]) -> list[tuple[str, str, dict]]:
+def _benchmarks(store, rows: list[dict]) -> list[tuple[str, str, object]]:
     """(target, drafter, speedup check) of each benchmark job that has rows, in row order."""
+    from pipeline.record import finished
+
     first: dict[str, dict] = {}
     for r in rows:
         first.setdefault(r["job_hash"], r)
     found = []
     for job_hash, row in first.items():
-        stored = store.finished_result(job_hash)
-        if stored is None:  # re-running right now: its old rows stay until it finishes
+        validated = finished(store, "measure_speedup", job_hash)
+        if validated is None:  # re-running right now: its old rows stay until it finishes
             err.print(f"skipped {row['target']}/{row['drafter']}: its benchmark job is not finished")
             continue
-        found.append((row["target"], row["drafter"], stored["speedup_check"]))
+        found.append((row["target"], row["drafter"], validated.speedup_check))
     return found
 
 
@@ -329,7 +341,7 @@ def drift(
     conditions = findings.ordered_conditions(curves)
     condition = condition or conditions[0]
     t0 = min(r["temperature"] for r in curves)  # per-depth tables at the lowest temperature measured
-    from pipeline.types import DRIFT_NAMES
+    from pipeline.core.types import DRIFT_NAMES
 
     for name in DRIFT_NAMES:
         values = findings.by_depth(diags, name=name, condition=condition, temperature=t0)

@@ -1,4 +1,4 @@
-"""The Ray side of execution (the only ray import): connect, check resources, submit, wait.
+"""The Ray cluster the executor runs jobs on by default (the only ray import).
 
 Jobs run as Ray tasks with the resources their kind asks for; a job's inputs are passed as
 object refs, so Ray starts it when its dependencies are done and moves their results (small
@@ -35,7 +35,7 @@ class ProgressBoard:
 @ray.remote
 def _run_job(kind, config, num_cpus, num_gpus, job_hash, board, dep_names, *dep_values):
     board.started.remote(job_hash)  # first, so any failure below is this job's own
-    from workers.jobs import run_job
+    from workers.jobs.run import run_job
 
     last = [0.0]
 
@@ -50,7 +50,9 @@ def _run_job(kind, config, num_cpus, num_gpus, job_hash, board, dep_names, *dep_
 
 
 @dataclass
-class Cluster:
+class RayCluster:
+    """The executor's cluster (pipeline/executor.py) on Ray: one task per job."""
+
     started_here: bool
     address: str
     board: object = None
@@ -83,12 +85,15 @@ class Cluster:
         if self.started_here:
             ray.shutdown()
 
+    def check_resources(self, requests: dict[str, tuple[float, float]]) -> str:
+        return check_resources(requests)
 
-def connect(address: str | None) -> Cluster:
+
+def connect(address: str | None) -> RayCluster:
     """Join `address` (or RAY_ADDRESS), or start a local cluster in this process on loopback."""
     address = address or os.environ.get("RAY_ADDRESS")
     if ray.is_initialized():
-        cluster = Cluster(started_here=False, address="(already connected)")
+        cluster = RayCluster(started_here=False, address="(already connected)")
     elif address:
         import pipeline
         import workers
@@ -98,12 +103,12 @@ def connect(address: str | None) -> Cluster:
                      runtime_env={"py_modules": [pipeline, workers]})
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UserError(f"--address: cannot join Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
-        cluster = Cluster(started_here=False, address=address)
+        cluster = RayCluster(started_here=False, address=address)
     else:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
                  _node_ip_address="127.0.0.1", configure_logging=False)
-        cluster = Cluster(started_here=True, address="local")
+        cluster = RayCluster(started_here=True, address="local")
     cluster.board = ProgressBoard.remote()
     return cluster
 

@@ -1,9 +1,9 @@
-"""Engine configs from a per-batch-size depth schedule (REFERENCE.md section 4).
+"""Engine configs from a per-batch-size depth schedule (see pipeline/core/schedule.py).
 
-A schedule is a list of inclusive batch-size ranges with their depth, [(lo, hi, k), ...],
-starting at batch size 1, contiguous, without overlaps. `schedule_from_choices` builds one
-from the best depth measured at a few batch sizes; the emitters turn it into each engine's
-own format, and `check_*` functions hold every emitted config to that engine's rules.
+The emitters turn a schedule into each engine's own format, and `check_*` functions hold
+every emitted config to that engine's rules, as read from the engines' own source (vLLM's
+speculative config, SGLang's server flags and adaptive-steps file, TensorRT-LLM's
+`speculative_config`).
 """
 from __future__ import annotations
 
@@ -12,34 +12,7 @@ import shlex
 
 import yaml
 
-Range = tuple[int, int, int]  # (lowest batch size, highest batch size, depth), inclusive
-
-
-def schedule_from_choices(choices: dict[int, int], max_batch_size: int) -> list[Range]:
-    """{batch size measured: best depth} -> inclusive ranges covering 1..max_batch_size.
-
-    A measured batch size B governs the sizes above the previous measured one up to B; sizes
-    past the largest measured one keep its depth. Neighbouring ranges with one depth merge.
-    """
-    if not choices:
-        raise ValueError("no depth choices to build a schedule from")
-    sizes = sorted(choices)
-    if sizes[0] < 1 or max_batch_size < sizes[0]:
-        raise ValueError(f"batch sizes must be >= 1 and max_batch_size >= {sizes[0]}")
-    ranges: list[Range] = []
-    lo = 1
-    for b in (b for b in sizes if b <= max_batch_size):
-        ranges.append((lo, b, choices[b]))
-        lo = b + 1
-    if lo <= max_batch_size:  # past the largest measured size: keep its depth
-        ranges[-1] = (ranges[-1][0], max_batch_size, ranges[-1][2])
-    merged: list[Range] = []
-    for r in ranges:
-        if merged and merged[-1][2] == r[2]:
-            merged[-1] = (merged[-1][0], r[1], r[2])
-        else:
-            merged.append(r)
-    return merged
+from pipeline.core.schedule import Range, check_schedule
 
 
 def max_depth(schedule: list[Range]) -> int:
@@ -111,16 +84,6 @@ def trtllm_yaml(config: dict) -> str:
 
 
 # ---- the engines' rules, checked on every emitted config -----------------------------------
-
-def check_schedule(schedule: list[Range]) -> None:
-    if not schedule or schedule[0][0] != 1:
-        raise ValueError("schedule: the first range must start at batch size 1")
-    for (lo, hi, k), nxt in zip(schedule, schedule[1:] + [None]):
-        if lo > hi or k < 0:
-            raise ValueError(f"schedule: bad range {[lo, hi, k]}")
-        if nxt is not None and nxt[0] != hi + 1:
-            raise ValueError(f"schedule: ranges {[lo, hi, k]} and {list(nxt)} overlap or leave a gap")
-
 
 def check_vllm(config: dict) -> None:
     k_max = config["num_speculative_tokens"]

@@ -1,21 +1,42 @@
-"""Executing a plan: reuse finished jobs, run the rest on Ray, record each as it finishes.
+"""Executing a plan: reuse finished jobs, run the rest on a cluster, record each as it finishes.
 
-Order of events for a spec: connect to Ray and check resources (a refused spec writes
-nothing), then open the experiment in the database and MLflow, submit every job that is not
-already finished, and record results as they arrive.
+The cluster is a parameter: `connect()` returns an object with the methods of `Cluster`
+below. `pipeline/cluster.py` runs jobs as Ray tasks (the default); `pipeline/local.py` runs
+them one after another in this process, with no Ray at all, which is how the tests drive the
+failure and interrupt paths. The plan runs the same on both.
+
+Order of events for a spec: connect and check resources (a refused spec writes nothing), then
+open the experiment in the database and MLflow, submit every job that is not already
+finished, and record results as they arrive.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
+from pipeline.core.kinds import kind as job_kind
+from pipeline.core.kinds import resolve
 from pipeline.plan import Job, Plan
 from pipeline.progress import ProgressView
-from pipeline.record import db_extras, load_checkpoint, log_job, stored_result
+from pipeline.record import Recording, finished, with_files
 from pipeline.report import plot_comparison
 from pipeline.tracking import Tracker
-from pipeline.types import Curve
+
+
+class Cluster(Protocol):
+    address: str
+
+    def check_resources(self, requests: dict[str, tuple[float, float]]) -> str: ...
+    def submit(self, job: Job, deps: dict): ...  # deps: input name -> ref; returns the result's ref
+    def put(self, value): ...  # a ref to a value already known (a reused result)
+    def wait(self, refs: list, timeout: float) -> list: ...  # the refs that are done
+    def get(self, ref): ...  # the result, or the job's exception
+    def progress(self) -> dict[str, dict]: ...  # job hash -> {"started": ..., "step": ...}
+    def cancel(self, refs: list) -> None: ...
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -42,9 +63,8 @@ class Context:
 
 
 def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workdir: Path,
-             address: str | None, console) -> RunSummary:
-    from pipeline import cluster as ray_cluster  # ray is imported only when something runs
-
+             connect: Callable[[], Cluster], console) -> RunSummary:
+    """Run `plan`; `connect` is called only when some job has to run."""
     t0 = time.perf_counter()
     ctx = Context(plan, store, tracker, workdir / "checkpoints")
     reusable = _reusable(ctx)
@@ -56,9 +76,9 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
         summary.seconds = time.perf_counter() - t0
         return summary
     requests = {j.kind: (j.num_cpus, j.num_gpus) for j in plan.jobs if j.hash not in reusable}
-    cl = ray_cluster.connect(address)
+    cl = connect()
     try:
-        about = ray_cluster.check_resources(requests)
+        about = cl.check_resources(requests)
         summary = _open_experiment(ctx, spec, spec_text, about)
         _execute(ctx, cl, summary, reusable, console)
         summary.report = _report(ctx, workdir / "reports" / f"{spec.name}-curves.png", spec.name)
@@ -79,7 +99,8 @@ def _open_experiment(ctx: Context, spec, spec_text: str, about: str) -> RunSumma
     )
     ctx.store.set_experiment_run(ctx.experiment_id, ctx.parent_run)
     for job in plan.jobs:
-        ctx.store.link_job(ctx.experiment_id, job_hash=job.hash, kind=job.kind, name=job.name, config=job.config)
+        ctx.store.link_job(ctx.experiment_id, job_hash=job.hash, kind=job.kind, name=job.name,
+                           config=job.config.model_dump(mode="json"))
     return RunSummary(ctx.experiment_id, ctx.parent_run, about)
 
 
@@ -87,9 +108,9 @@ def _report(ctx: Context, path: Path, name: str) -> Path | None:
     """Plot every measured curve of the plan together; log it to the experiment's parent run."""
     curves = {}
     for job in ctx.plan.jobs:
-        stored = ctx.store.finished_result(job.hash) if job.kind == "measure_curve" else None
-        if stored is not None:
-            curves[f"{job.target} / {job.drafter}"] = Curve.from_dict(stored["curves"][0])
+        measured = finished(ctx.store, job.kind, job.hash) if job.kind == "measure_curve" else None
+        if measured is not None:
+            curves[f"{job.target} / {job.drafter}"] = measured.curves[0]
     if not curves:
         return None
     plot_comparison(curves, path, f"{name}: acceptance vs depth")
@@ -97,28 +118,29 @@ def _report(ctx: Context, path: Path, name: str) -> Path | None:
     return path
 
 
-def _reusable(ctx: Context) -> dict[str, dict]:
-    """Finished jobs whose results (and checkpoints) are still there."""
+def _reusable(ctx: Context) -> dict[str, object]:
+    """Finished jobs whose typed results (and checkpoints) are still there."""
     out = {}
     for job in ctx.plan.jobs:
-        stored = ctx.store.finished_result(job.hash)
-        if stored is None:
-            continue
-        if "checkpoint_dir" in stored and not Path(stored["checkpoint_dir"]).is_dir():
-            continue  # the work directory lost it: run the job again
-        out[job.hash] = stored
+        result = finished(ctx.store, job.kind, job.hash)
+        if result is not None:
+            out[job.hash] = result
     return out
 
 
-def _execute(ctx: Context, cl, summary: RunSummary, reusable: dict[str, dict], console) -> None:
+def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, console) -> None:
     jobs = ctx.plan.by_hash()
     submitted: dict[str, object] = {}  # job hash -> result ref of a job that runs now
-    reused_refs: dict[str, object] = {}  # job hash -> ref of a reused result put in the object store
+    reused_refs: dict[str, object] = {}  # job hash -> ref of a reused result handed to the cluster
     for job in ctx.plan.jobs:  # dependencies come first
         if job.hash in reusable:
             summary.cached.append(job.hash)
             continue
-        deps = {name: _input_ref(cl, h, submitted, reused_refs, reusable) for name, h in job.deps}
+        deps = {}
+        for name, h in job.deps:
+            if h not in submitted and h not in reused_refs:
+                reused_refs[h] = cl.put(with_files(reusable[h]))
+            deps[name] = submitted.get(h, reused_refs.get(h))
         submitted[job.hash] = cl.submit(job, deps)
     view = ProgressView(console, jobs, cached=set(summary.cached))
     runs: dict[str, str] = {}
@@ -143,18 +165,6 @@ def _execute(ctx: Context, cl, summary: RunSummary, reusable: dict[str, dict], c
         raise
 
 
-def _input_ref(cl, dep_hash: str, submitted: dict, reused_refs: dict, reusable: dict):
-    if dep_hash in submitted:
-        return submitted[dep_hash]
-    if dep_hash not in reused_refs:
-        stored = reusable[dep_hash]
-        value = dict(stored)
-        if "checkpoint_dir" in stored:
-            value["files"] = load_checkpoint(Path(stored["checkpoint_dir"]))
-        reused_refs[dep_hash] = cl.put(value)
-    return reused_refs[dep_hash]
-
-
 def _record_failure(ctx: Context, h: str, runs: dict, summary: RunSummary, reason: str) -> None:
     if h in runs:
         ctx.tracker.end(runs[h], ok=False)
@@ -165,16 +175,17 @@ def _record_failure(ctx: Context, h: str, runs: dict, summary: RunSummary, reaso
 def _start_run(ctx: Context, job: Job) -> str:
     run_id = ctx.tracker.start_job(
         ctx.mlflow_experiment, ctx.parent_run, job_hash=job.hash, kind=job.kind, name=job.name,
-        params=job.config, tags={"specfleet.target": job.target or "", "specfleet.drafter": job.drafter or ""},
+        params=job.config.model_dump(mode="json"),
+        tags={"specfleet.target": job.target or "", "specfleet.drafter": job.drafter or ""},
     )
     ctx.store.mark_running(job.hash, mlflow_run_id=run_id)
     return run_id
 
 
-def _finish(ctx: Context, cl, job: Job, ref, runs: dict, summary: RunSummary) -> None:
+def _finish(ctx: Context, cl: Cluster, job: Job, ref, runs: dict, summary: RunSummary) -> None:
     try:
         result = cl.get(ref)
-    except Exception as exc:  # a worker's exception arrives wrapped by Ray; record it, keep going
+    except Exception as exc:  # a worker's exception (wrapped by Ray): record it, keep going
         started = job.hash in runs
         reason = _one_line(exc) if started else f"not run: an upstream job failed ({_one_line(exc)})"
         _record_failure(ctx, job.hash, runs, summary, reason)
@@ -182,14 +193,17 @@ def _finish(ctx: Context, cl, job: Job, ref, runs: dict, summary: RunSummary) ->
     if job.hash not in runs:  # finished between two polls of the progress board
         runs[job.hash] = _start_run(ctx, job)
     run_id = runs[job.hash]
+    unrecorded = [ctx.plan.by_hash()[h].name for _, h in job.deps if h in summary.failed]
+    if unrecorded:  # it ran on an input that was never recorded: recording it would orphan it
+        _record_failure(ctx, job.hash, runs, summary, f"not recorded: its input {unrecorded[0]} failed to record")
+        return
+    kind = job_kind(job.kind)
     try:
-        stored = stored_result(job, result, ctx.checkpoints)
-        log_job(ctx.tracker, run_id, job, stored)
-        curves, diagnostics, tuned, speedups = db_extras(job, stored, experiment_id=ctx.experiment_id,
-                                               spec_hash=ctx.plan.spec_hash, code_version=ctx.plan.code_version,
-                                               run_id=run_id, jobs=ctx.plan.by_hash())
-        ctx.store.mark_done(job.hash, result=stored, curves=curves, diagnostics=diagnostics, tuned=tuned,
-                            speedup_checks=speedups)
+        if not isinstance(result, kind.result):
+            raise TypeError(f"{job.kind} returned {type(result).__name__}, not {kind.result.__name__}")
+        rec = Recording(ctx.tracker, ctx.store, run_id, ctx.checkpoints, ctx.experiment_id, ctx.plan.spec_hash,
+                        ctx.plan.code_version, ctx.plan.by_hash())
+        resolve(kind.record)(job, result, rec)
     except Exception as exc:  # the job ran but could not be recorded: it stays not done, so it reruns
         _record_failure(ctx, job.hash, runs, summary, f"recording failed: {_one_line(exc)}")
         return
@@ -202,4 +216,3 @@ def _one_line(exc: BaseException) -> str:
     text = str(cause).strip().splitlines()
     last = next((line for line in reversed(text) if line.strip()), type(cause).__name__)
     return f"{type(cause).__name__}: {last.strip()}"[:500]
-

@@ -1,9 +1,10 @@
 """Planning: an experiment spec becomes a graph of jobs, each keyed by a content hash.
 
 train_target (built-in targets only) -> train_drafter -> measure_curve, profile_cost
--> select_depth [-> measure_speedup, when the spec asks for validation]. A job's hash covers exactly what determines its result: its kind, its
-config, the hashes of its inputs and the code version. An unchanged job keeps its hash, so a
-rerun reuses its finished result.
+-> select_depth [-> measure_speedup, when the spec asks for validation]. Each job carries its
+kind's typed config (pipeline/core/contracts.py). A job's hash covers exactly what determines
+its result: its kind, its config, the hashes of its inputs and its kind's code version. An
+unchanged job keeps its hash, so a rerun reuses its finished result.
 """
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pipeline.core import contracts as c
+from pipeline.core.kinds import kind as job_kind
+from pipeline.core.settings import CostTiming
 from pipeline.spec import ExperimentSpec, Target
 
 
@@ -19,7 +23,7 @@ from pipeline.spec import ExperimentSpec, Target
 class Job:
     kind: str
     name: str  # a label for people, e.g. "measure_curve tiny-code/eagle3-pre"
-    config: dict = field(hash=False)
+    config: c.JobConfig = field(hash=False)
     deps: tuple[tuple[str, str], ...]  # (input name, job hash)
     hash: str
     num_cpus: float
@@ -51,74 +55,59 @@ def build_plan(spec: ExperimentSpec, code_version: Callable[[str | None], str] |
     version = code_version if callable(code_version) else (lambda kind=None: code_version)
     jobs: dict[str, Job] = {}
 
-    def add(kind: str, name: str, config: dict, deps: dict[str, str], target=None, drafter=None) -> str:
+    def add(kind: str, name: str, fields: dict, deps: dict[str, str], target: str, drafter: str | None = None):
         res = spec.resources_for(kind)
-        config = {**config, **_placement(kind, res.num_cpus, res.num_gpus)}
-        h = job_hash(kind, config, deps, version(kind))
+        config = job_kind(kind).config(seed=spec.seed, **fields, **_placement(kind, res.num_cpus, res.num_gpus))
+        h = job_hash(kind, config.hashed(), deps, version(kind))
         if h not in jobs:
-            jobs[h] = Job(kind, name, config, tuple(sorted(deps.items())), h,
-                          res.num_cpus, res.num_gpus, target, drafter)
+            jobs[h] = Job(kind, name, config, tuple(sorted(deps.items())), h, res.num_cpus, res.num_gpus,
+                          target, drafter)
         return h
 
-    target_jobs: dict[str, str] = {}
+    trained_targets: dict[str, str] = {}
+    evaluation = spec.evaluation
+    timing = CostTiming(**spec.cost.model_dump(include=set(CostTiming.model_fields)))
     for target, drafter in spec.pairing_list():
-        source = _target_source(spec, target)
+        ref = _target_ref(target)
         deps = {}
         if target.builtin is not None:
-            if target.name not in target_jobs:
-                target_jobs[target.name] = add(
-                    "train_target", f"train_target {target.name}",
-                    {"builtin": target.builtin.model_dump(mode="json"), "seed": spec.seed}, {}, target.name,
-                )
-            deps["target"] = target_jobs[target.name]
-        pair = f"{target.name}/{drafter.name}"
-        d_cfg = drafter.model_dump(mode="json", exclude={"name"})
+            if target.name not in trained_targets:
+                trained_targets[target.name] = add("train_target", f"train_target {target.name}",
+                                                   {"builtin": target.builtin}, {}, target.name)
+            deps["target"] = trained_targets[target.name]
+        pair, t, d = f"{target.name}/{drafter.name}", target.name, drafter.name
         inputs = dict(deps)
-        if getattr(drafter, "hf", None) is None:  # an hf standalone drafter is used as it is
-            inputs["drafter"] = add("train_drafter", f"train_drafter {pair}",
-                                    {**source, "drafter": d_cfg, "seed": spec.seed}, deps, target.name, drafter.name)
-        else:
-            source = {**source, "drafter_hf": drafter.hf}
-        source = {**source, "drafter_kind": drafter.kind}
-        names = {"target": target.name, "drafter": drafter.name}
-        curve = add("measure_curve", f"measure_curve {pair}",
-                    {**source, **names, "evaluation": spec.evaluation.model_dump(mode="json"), "seed": spec.seed},
-                    inputs, target.name, drafter.name)
+        if getattr(drafter, "hf", None) is None:  # an hf draft model is used as it is
+            inputs["drafter"] = add("train_drafter", f"train_drafter {pair}", {"target": ref, "drafter": drafter},
+                                    deps, t, d)
+        models = {"target": ref, "drafter": drafter}
+        curve = add("measure_curve", f"measure_curve {pair}", {**models, "evaluation": evaluation}, inputs, t, d)
         cost = add("profile_cost", f"profile_cost {pair}",
-                   {**source, "cost": spec.cost.model_dump(mode="json", exclude={"cost_ratio", "max_batch_size"}),
-                    "max_depth": spec.evaluation.max_depth, "seed": spec.seed},
-                   inputs, target.name, drafter.name)
+                   {**models, "cost": timing, "max_depth": evaluation.max_depth}, inputs, t, d)
         depth = add("select_depth", f"select_depth {pair}",
-                    {**names, "cost_ratio": spec.cost.cost_ratio, "seed": spec.seed,
+                    {"target": t, "drafter": d, "cost_ratio": spec.cost.cost_ratio,
                      "max_batch_size": spec.cost.max_batch_size},
-                    {"curve": curve, "cost": cost}, target.name, drafter.name)
+                    {"curve": curve, "cost": cost}, t, d)
         if spec.validation is not None:
             add("measure_speedup", f"measure_speedup {pair}",
-                {**source, **names, "evaluation": spec.evaluation.model_dump(mode="json"),
-                 "validation": spec.validation.model_dump(mode="json"), "seed": spec.seed},
-                {**inputs, "depth": depth}, target.name, drafter.name)
+                {**models, "evaluation": evaluation, "validation": spec.validation},
+                {**inputs, "depth": depth}, t, d)
     return Plan(spec.content_hash(), version(None), tuple(jobs.values()))
 
 
 def _placement(kind: str, num_cpus: float, num_gpus: float) -> dict:
-    """The part of a job's resources that can change its result.
+    """The part of a job's resources that can change its result, as its kind declares.
 
     The device kind decides dtype ('auto') and numerics of every torch job; timings also depend
-    on how many CPU threads the job had. Resources that change nothing (a select job's CPUs)
-    stay out of the hash.
+    on how many CPU threads and GPUs the job had. Resources that change nothing (a select
+    job's CPUs) stay out of the config and so out of the hash.
     """
-    if kind == "select_depth":
+    placement = job_kind(kind).placement
+    if placement == "none":
         return {}
-    placement = {"device": "cuda" if num_gpus > 0 else "cpu"}
-    if kind in ("profile_cost", "measure_speedup"):  # timings
-        placement["num_cpus"] = num_cpus
-        placement["num_gpus"] = num_gpus
-    return placement
+    device = {"device": "cuda" if num_gpus > 0 else "cpu"}
+    return device if placement == "device" else {**device, "num_cpus": num_cpus, "num_gpus": num_gpus}
 
 
-def _target_source(spec: ExperimentSpec, target: Target) -> dict:
-    """What identifies the target inside a job config besides its training job's hash."""
-    source = {"dtype": target.dtype}
-    if target.hf is not None:
-        source["target_hf"] = target.hf
-    return source
+def _target_ref(target: Target) -> c.TargetRef:
+    return c.TargetRef(name=target.name, hf=target.hf, dtype=target.dtype)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.acceptance import accept_len_from_survival, cond_from_survival
+from pipeline.core.acceptance import accept_len_from_survival, cond_from_survival
 from pipeline.errors import UserError
-from pipeline.types import Curve
+from pipeline.core.types import Curve
 
 PREFIX = "vllm:spec_decode_"
 COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from pipeline.types import DRIFT_NAMES, Curve, DepthChoice
+from pipeline.core.types import DRIFT_NAMES, Curve, DepthChoice
 
 
 def pyplot():
@@ -50,32 +50,32 @@ def plot_speedup(choice: DepthChoice, path: str | Path, title: str) -> Path:
     return save_figure(fig, path, "")
 
 
-def plot_speedup_check(check: dict, path: str | Path, title: str) -> Path:
+def plot_speedup_check(check, path: str | Path, title: str) -> Path:
     """Predicted and measured speedup against depth, with the chosen and the best measured depth."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    depths = range(len(check["measured_speedup"]))
-    ax.plot(depths, check["predicted_speedup"], "o--", label="predicted")
-    ax.plot(depths, check["measured_speedup"], "s-", label="measured (engine)")
-    ax.axvline(check["chosen_depth"], color="C3", ls=":", label=f"chosen k = {check['chosen_depth']}")
+    depths = range(len(check.measured_speedup))
+    ax.plot(depths, check.predicted_speedup, "o--", label="predicted")
+    ax.plot(depths, check.measured_speedup, "s-", label="measured (engine)")
+    ax.axvline(check.chosen_depth, color="C3", ls=":", label=f"chosen k = {check.chosen_depth}")
     ax.axhline(1.0, color="grey", lw=0.8)
-    verdict = "passed" if check["passed"] else "failed"
+    verdict = "passed" if check.passed else "failed"
     ax.set(xlabel="depth k", ylabel="speedup over k = 0",
-           title=f"{title}\nbest measured k = {check['best_measured_depth']}, chosen reaches "
-                 f"{check['chosen_vs_best']:.1%} of it ({verdict})")
+           title=f"{title}\nbest measured k = {check.best_measured_depth}, chosen reaches "
+                 f"{check.chosen_vs_best:.1%} of it ({verdict})")
     ax.legend(fontsize=8)
     return save_figure(fig, path, "")
 
 
-def plot_drift(rows: list[dict], path: str | Path, title: str) -> Path:
+def plot_drift(rows, path: str | Path, title: str) -> Path:
     """The drift diagnostics against depth, one line per (condition, temperature)."""
     plt = pyplot()
     fig, axes = plt.subplots(1, 4, figsize=(14, 3.4))
     for ax, name in zip(axes, DRIFT_NAMES):
         lines: dict[str, list[tuple[int, float]]] = {}
-        for r in rows:
-            if r["name"] == name:
-                lines.setdefault(f"{r['condition']} T={r['temperature']:g}", []).append((r["depth"], r["value"]))
+        for r in rows:  # DiagnosticValue
+            if r.name == name:
+                lines.setdefault(f"{r.condition} T={r.temperature:g}", []).append((r.depth, r.value))
         for label, points in sorted(lines.items()):
             points.sort()
             ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=label, ms=3)
@@ -99,19 +99,19 @@ def best_table(rows: list[dict]) -> Table:
     return table
 
 
-def speedup_table(checks: list[tuple[str, str, dict]]) -> Table:
+def speedup_table(checks: list[tuple]) -> Table:
     """Predicted vs measured speedup per depth; checks: (target, drafter, speedup_check result)."""
     table = Table(title="predicted vs measured speedup (real engine, batch size 1)")
     for col in ("target", "drafter", "k", "predicted", "measured", "tokens/s", "engine_accept_len", ""):
         table.add_column(col, justify="left" if col in ("target", "drafter", "") else "right")
     for target, drafter, check in checks:
-        for k, (pred, meas) in enumerate(zip(check["predicted_speedup"], check["measured_speedup"])):
-            marks = ["chosen" if k == check["chosen_depth"] else "", "best measured" if k == check["best_measured_depth"] else ""]
+        for k, (pred, meas) in enumerate(zip(check.predicted_speedup, check.measured_speedup)):
+            marks = ["chosen" if k == check.chosen_depth else "", "best measured" if k == check.best_measured_depth else ""]
             table.add_row(target if k == 0 else "", drafter if k == 0 else "", str(k), f"{pred:.3f}x", f"{meas:.3f}x",
-                          f"{check['tokens_per_s'][k]:.1f}", f"{check['engine_accept_len'][k]:.3f}",
+                          f"{check.tokens_per_s[k]:.1f}", f"{check.engine_accept_len[k]:.3f}",
                           ", ".join(m for m in marks if m))
-        verdict = f"[green]passed[/green]: chosen k reaches {check['chosen_vs_best']:.1%} of the best" \
-            if check["passed"] else "[red]failed[/red]: " + "; ".join(check.get("problems", []))
+        verdict = f"[green]passed[/green]: chosen k reaches {check.chosen_vs_best:.1%} of the best" \
+            if check.passed else "[red]failed[/red]: " + "; ".join(check.problems)
         table.add_row("", "", "", "", "", "", "", verdict, end_section=True)
     return table
 

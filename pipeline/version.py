@@ -1,8 +1,12 @@
 """Code versions: what, besides its config, determines a job's result.
 
-Each job kind hashes only the source it actually runs: the modules its entry points import,
-followed statically through `workers.*` and `pipeline.*` imports. Changing how drafters are
-trained then leaves trained targets reusable, while any change to code a job runs re-runs it.
+Each job kind hashes only the source it runs: the modules its registry entry names
+(pipeline/core/kinds.py), followed through every import of this project's packages, in any
+form (`import a.b`, `from a import b`, `from a.b import c`, relative imports, imports inside
+functions), with the `__init__` of every package on the way. Functions the registry names as
+"module:function" strings are not followed: a kind lists the modules it runs that way.
+Changing how drafters are trained then leaves trained targets reusable, while any change to
+code a job runs re-runs it.
 """
 from __future__ import annotations
 
@@ -13,59 +17,83 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
+from pipeline.core.kinds import KINDS
+
 _ROOT = Path(__file__).resolve().parent.parent
+_PACKAGES = ("workers", "pipeline", "db")
 _LIBRARIES = ("torch", "transformers", "tokenizers")
-# The dispatcher is hashed for every kind, but its (lazy) imports are not followed: they reach
-# every kind's code. Each kind's own entry modules are listed instead and followed.
-DISPATCH = "workers/jobs.py"
-_COMMON = ("workers/device.py", "pipeline/types.py")
-KIND_ROOTS = {
-    "train_target": (*_COMMON, "workers/target.py"),
-    "train_drafter": (*_COMMON, "workers/train_drafter.py", "workers/standalone.py"),
-    "measure_curve": (*_COMMON, "workers/measure.py", "workers/train_drafter.py", "workers/standalone.py"),
-    "profile_cost": (*_COMMON, "workers/cost.py", "workers/train_drafter.py", "workers/standalone.py"),
-    "select_depth": (*_COMMON, "pipeline/acceptance.py", "pipeline/emitters.py"),
-    "measure_speedup": (*_COMMON, "workers/speedup.py", "workers/train_drafter.py", "workers/standalone.py"),
-}
 
 
-def _local_imports(path: Path) -> set[Path]:
-    """Files of this project that `path` imports (anywhere in it, lazy imports included)."""
-    found = set()
+def module_file(name: str, root: Path = _ROOT) -> Path | None:
+    """The source file of a project module or package ('workers.measure' -> workers/measure.py)."""
+    if name.split(".")[0] not in _PACKAGES:
+        return None
+    base = root / name.replace(".", "/")
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_names(path: Path, root: Path) -> set[str]:
+    """Every module name `path` may import: for `from a import b`, both `a` and `a.b`."""
+    module = _module_name(path, root)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
-        for name in names:
-            if name.split(".")[0] in ("workers", "pipeline"):
-                candidate = _ROOT / (name.replace(".", "/") + ".py")
-                if candidate.is_file():
-                    found.add(candidate)
-    return found
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, `level - 1` packages up
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - (node.level - 1)] + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{a.name}" for a in node.names)
+    return names
 
 
-def source_closure(roots: tuple[str, ...]) -> list[Path]:
+def _with_packages(name: str) -> list[str]:
+    """'a.b.c' -> ['a', 'a.b', 'a.b.c']: importing a module runs every package above it."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def source_closure(modules: tuple[str, ...], root: Path = _ROOT) -> list[Path]:
+    """The project files that importing `modules` runs (lazy imports counted as run)."""
     seen: set[Path] = set()
-    todo = [_ROOT / r for r in roots]
+    todo = [n for m in modules for n in _with_packages(m)]
     while todo:
-        path = todo.pop()
-        if path in seen:
+        path = module_file(todo.pop(), root)
+        if path is None or path in seen:
             continue
         seen.add(path)
-        todo.extend(_local_imports(path) - seen)
+        todo.extend(n for name in _imported_names(path, root) for n in _with_packages(name))
     return sorted(seen)
 
 
-@lru_cache(maxsize=None)
-def code_version(kind: str | None = None) -> str:
-    """'<package version>+<12 hex>' over one job kind's source (every kind's when None) and libraries."""
-    roots = KIND_ROOTS[kind] if kind else tuple(r for rs in KIND_ROOTS.values() for r in rs)
+def source_version(kind: str | None = None, root: Path = _ROOT) -> str:
+    """'<package version>+<12 hex>' over one job kind's source (every kind's when None) under `root`,
+    and the libraries that shape results."""
+    roots = KINDS[kind].code if kind else tuple(m for k in KINDS.values() for m in k.code)
     h = hashlib.sha256()
-    for f in sorted({*source_closure(roots), _ROOT / DISPATCH}):
-        h.update(f.relative_to(_ROOT).as_posix().encode() + b"\0" + f.read_bytes())
+    for f in source_closure(roots, root):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
     h.update(f"python{sys.version_info[0]}.{sys.version_info[1]}".encode())  # the built-in corpora
     for lib in _LIBRARIES:
         h.update(f"{lib}=={_installed(lib)}".encode())
     return f"{_installed('specfleet')}+{h.hexdigest()[:12]}"
+
+
+@lru_cache(maxsize=None)
+def code_version(kind: str | None = None) -> str:
+    """This installation's code version of one job kind (of every kind when None)."""
+    return source_version(kind)
 
 
 def _installed(dist: str) -> str:

@@ -16,11 +16,13 @@ TINY_DRAFT_TRAIN = dict(ttt_depth=2, steps=15, lr=3e-3, batch_size=8, seq_len=64
 def tiny_target():
     import torch
 
-    from workers.target import load_target, train_builtin_target
+    from pipeline.core.settings import BuiltinTarget
+    from workers.models import load_model
+    from workers.target import train_builtin_target
 
     torch.set_num_threads(2)
-    files, _ = train_builtin_target(builtin=TINY_TARGET, seed=0)
-    model, tokenizer = load_target({"files": files}, device=torch.device("cpu"), dtype=torch.float32)
+    files, _ = train_builtin_target(builtin=BuiltinTarget(**TINY_TARGET), seed=0)
+    model, tokenizer = load_model({"files": files}, device=torch.device("cpu"), dtype=torch.float32)
     return model, tokenizer, files
 
 
@@ -29,13 +31,14 @@ def tiny_drafters(tiny_target):
     """A trained pre-norm and post-norm drafter on the tiny target."""
     import torch
 
-    from workers.train_drafter import load_drafter, train_drafter
+    from pipeline.core.settings import Eagle3DrafterSpec
+    from workers.eagle_checkpoint import load_eagle3
+    from workers.eagle_train import train_eagle3
 
     target, tokenizer, _ = tiny_target
     out = {}
     for norm in ("pre", "post"):
-        variant = {"norm": norm, "fc_norm": norm == "post", "fusion": "tri"}
-        files, _ = train_drafter(target=target, tokenizer=tokenizer, variant=variant, train=TINY_DRAFT_TRAIN,
-                                 seed=0, device=torch.device("cpu"))
-        out[norm] = (load_drafter(files, device="cpu", dtype=torch.float32), files)
+        spec = Eagle3DrafterSpec(name=norm, norm=norm, fc_norm=norm == "post", fusion="tri", train=TINY_DRAFT_TRAIN)
+        files, _ = train_eagle3(target=target, tokenizer=tokenizer, spec=spec, seed=0, device=torch.device("cpu"))
+        out[norm] = (load_eagle3(files, device="cpu", dtype=torch.float32), files)
     return out

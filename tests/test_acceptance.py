@@ -1,14 +1,15 @@
-"""The acceptance and speedup math against the closed forms of REFERENCE.md section 2."""
+"""The acceptance and speedup maths against closed forms (constant alpha, Leviathan's theorem)."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from pipeline.acceptance import (
-    accept_len_from_survival, choose_depth, closed_form_accept_len, cond_from_survival, curve_from_accepted,
-    curve_from_sampled, curve_speedup, leviathan_speedup, survival_from_cond,
+from pipeline.core.acceptance import (
+    accept_len_from_survival, closed_form_accept_len, cond_from_survival, curve_from_accepted, curve_from_sampled,
+    survival_from_cond,
 )
+from pipeline.core.choice import choose_depth, curve_speedup, leviathan_speedup
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 0.62, 0.9, 0.99])
@@ -35,7 +36,7 @@ def test_curve_speedup_is_leviathan_for_constant_alpha(alpha, c):
 
 def test_choose_depth_is_argmax_of_leviathan():
     alpha, c = 0.8, 0.1
-    from pipeline.types import Curve
+    from pipeline.core.types import Curve
 
     surv = survival_from_cond([alpha] * 16)
     curve = Curve("default", 0.0, 100, tuple([alpha] * 16), tuple(surv), tuple(accept_len_from_survival(surv)))
@@ -47,7 +48,7 @@ def test_choose_depth_is_argmax_of_leviathan():
 
 
 def test_choose_depth_zero_when_drafting_costs_more_than_it_gains():
-    from pipeline.types import Curve
+    from pipeline.core.types import Curve
 
     surv = survival_from_cond([0.2] * 4)
     curve = Curve("default", 0.0, 10, (0.2,) * 4, tuple(surv), tuple(accept_len_from_survival(surv)))
@@ -104,7 +105,7 @@ def _per_prompt(accepted_by_prompt, depth):
 
 
 def test_bootstrap_interval_covers_the_pooled_value_and_tightens_with_data():
-    from pipeline.acceptance import bootstrap_accept_len
+    from pipeline.core.choice import bootstrap_accept_len
 
     prompts = [[0, 1, 2, 3, 3], [1, 1, 0, 2, 3], [3, 3, 3, 2, 1], [0, 0, 1, 0, 2]]
     pooled = curve_from_accepted([a for p in prompts for a in p], 3, condition="default", temperature=0.0)
@@ -134,7 +135,7 @@ def test_choose_depth_prefers_the_smaller_depth_within_noise():
 
 
 def test_batch_speedup_reduces_to_leviathan_when_verify_costs_one_decode():
-    from pipeline.acceptance import batch_speedup
+    from pipeline.core.choice import batch_speedup
 
     alpha, c = 0.7, 0.1
     acc = accept_len_from_survival(survival_from_cond([alpha] * 6))
@@ -143,8 +144,8 @@ def test_batch_speedup_reduces_to_leviathan_when_verify_costs_one_decode():
 
 
 def test_depth_falls_to_zero_as_verification_becomes_compute_bound():
-    from pipeline.acceptance import depth_per_batch
-    from pipeline.types import CostProfile, Curve
+    from pipeline.core.choice import depth_per_batch
+    from pipeline.core.types import CostProfile, Curve
 
     surv = survival_from_cond([0.8] * 6)
     curve = Curve("default", 0.0, 100, (0.8,) * 6, tuple(surv), tuple(accept_len_from_survival(surv)))
@@ -157,7 +158,7 @@ def test_depth_falls_to_zero_as_verification_becomes_compute_bound():
 
 
 def test_decode_walk_starts_a_chain_only_after_each_pass():
-    from pipeline.acceptance import decode_walk, walk_accept_len
+    from pipeline.core.acceptance import decode_walk, walk_accept_len
 
     assert decode_walk([0, 0, 0], 3) == (3, 3)
     assert decode_walk([2, 5, 0, 1, 0], 3) == (5, 2)  # passes at 0 (2 kept) and 3 (1 kept)
@@ -167,8 +168,8 @@ def test_decode_walk_starts_a_chain_only_after_each_pass():
 
 
 def test_choice_uses_decoder_tokens_per_pass_and_timed_passes_when_given():
-    from pipeline.acceptance import choose_depth
-    from pipeline.types import Curve
+    from pipeline.core.choice import choose_depth
+    from pipeline.core.types import Curve
 
     curve = Curve(condition="c", temperature=0.0, num_chains=9, cond_accept=(0.9, 0.9), survival=(0.9, 0.81),
                   accept_len=(1.0, 1.9, 2.71), decode_accept_len=(1.0, 1.5, 1.6))

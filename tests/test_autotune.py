@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 import yaml
@@ -48,7 +49,8 @@ def checkpoint_dir(tmp_path, files):
 
 
 def test_trained_drafter_is_exported_once_for_the_engine(tmp_path, tiny_drafters):
-    store = FakeStore({"d" * 64: {"checkpoint_dir": checkpoint_dir(tmp_path, tiny_drafters["pre"][1])}})
+    store = FakeStore({"d" * 64: {"checkpoint_dir": checkpoint_dir(tmp_path, tiny_drafters["pre"][1]), "metrics": {},
+                                  "family": "eagle3"}})
     row = {"target": "t", "drafter": "pre", "drafter_job_hash": "d" * 64}
     path, method = drafter_path(store, row, tmp_path / "work", None)
     assert method == "eagle3" and (tmp_path / "work" / "exports" / ("d" * 64) / "config.json").is_file()
@@ -59,8 +61,21 @@ def test_trained_drafter_is_exported_once_for_the_engine(tmp_path, tiny_drafters
         drafter_path(FakeStore({}), {**row, "drafter_job_hash": None}, tmp_path / "work", None)
 
 
+def test_a_draft_model_is_served_from_its_folder_as_its_family_says(tmp_path, tiny_target):
+    """The family recorded with the trained drafter decides, not what files the folder holds."""
+    folder = checkpoint_dir(tmp_path, tiny_target[2])
+    store = FakeStore({"s" * 64: {"checkpoint_dir": folder, "metrics": {}, "family": "standalone"}})
+    row = {"target": "t", "drafter": "small", "drafter_job_hash": "s" * 64}
+    assert drafter_path(store, row, tmp_path / "work", None) == (str(Path(folder).resolve()), "draft_model")
+    assert not (tmp_path / "work").exists()  # nothing to export
+    old = FakeStore({"s" * 64: {"checkpoint_dir": folder, "metrics": {}}})  # stored before families were kept
+    with pytest.raises(UserError, match="rerun its experiment"):
+        drafter_path(old, row, tmp_path / "work", None)
+
+
 def test_post_norm_drafter_is_not_exported_silently(tmp_path, tiny_drafters):
-    store = FakeStore({"e" * 64: {"checkpoint_dir": checkpoint_dir(tmp_path, tiny_drafters["post"][1])}})
+    store = FakeStore({"e" * 64: {"checkpoint_dir": checkpoint_dir(tmp_path, tiny_drafters["post"][1]), "metrics": {},
+                                  "family": "eagle3"}})
     with pytest.raises(UserError, match="norm: post"):
         drafter_path(store, {"target": "t", "drafter": "post", "drafter_job_hash": "e" * 64}, tmp_path, None)
 
@@ -91,12 +106,16 @@ def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
     """Without --cost-ratio the production choice uses the cost model the offline choice used."""
     from db.store import Store
     from pipeline.autotune import from_metrics
+    from pipeline.core.contracts import Profiled
+    from pipeline.core.types import CostProfile
     from test_prod_metrics import MODEL, exposition
 
     store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
     exp = store.ensure_experiment(name="e", spec_hash="s", spec_yaml="name: e\n", code_version="v")
     for job_hash, kind, result, tuned in (
-        ("cost-1", "profile_cost", {"cost": {"pass_ms": [4.0, 6.0, 6.4, 6.8]}}, None),
+        ("cost-1", "profile_cost", Profiled(cost=CostProfile("cpu 2t x1 float32", 1.0, 4.0, 6.8,
+                                                             pass_ms=(4.0, 6.0, 6.4, 6.8))).model_dump(mode="json"),
+         None),
         ("select-1", "select_depth", {}, dict(
             experiment_id=exp, target=MODEL, drafter="eagle3-prod", hardware="cpu 2t x1 float32",
             condition="default", temperature=0.0, depth=1, accept_len=1.6, speedup=1.07, cost_ratio=0.25,

@@ -4,22 +4,36 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pipeline.core import contracts as c
+from pipeline.core.settings import CostTiming, Eagle3DrafterSpec, Evaluation, StandaloneDrafterSpec
 from workers.chat import ASSISTANT, END, SYSTEM, USER, render, samples
-from workers.jobs import run_job
+from workers.jobs.run import run_job
 from workers.prompts import build_prompts
 
-CHAT_TARGET = {"builtin": {"layers": 4, "hidden_size": 64, "heads": 4, "intermediate_size": 128, "vocab_size": 400,
-                           "corpus": "chat", "train": {"steps": 30, "lr": 3e-3, "batch_size": 8, "seq_len": 64}},
-               "seed": 0, "device": "cpu"}
+CHAT_TARGET = c.TrainTargetConfig(
+    builtin={"layers": 4, "hidden_size": 64, "heads": 4, "intermediate_size": 128, "vocab_size": 400,
+             "corpus": "chat", "train": {"steps": 30, "lr": 3e-3, "batch_size": 8, "seq_len": 64}},
+    seed=0, device="cpu")
+TARGET = c.TargetRef(name="chat", dtype="float32")
 CONDITIONS = ["template+bos", "template_no_bos", "no_template", "no_template_no_bos", "long_context",
               "hidden_noise@0", "hidden_noise@2", "embedding_noise@0.5"]
-EVAL = {"max_depth": 3, "temperatures": [0.0, 1.0], "num_prompts": 3, "prompt_len": 40, "continuation_len": 6,
-        "corpus": "chat", "conditions": CONDITIONS, "long_context_len": 160}
+CONDITION_SPECS = CONDITIONS[:5] + [{"noise": "hidden", "a": 0}, {"noise": "hidden", "a": 2},
+                                    {"noise": "embedding", "a": 0.5}]
+EVAL = Evaluation(max_depth=3, temperatures=[0.0, 1.0], num_prompts=3, prompt_len=40, continuation_len=6,
+                  corpus="chat", conditions=CONDITION_SPECS, long_context_len=160)
 
 
 @pytest.fixture(scope="module")
 def chat_target():
     return run_job("train_target", CHAT_TARGET, {}, num_cpus=2, num_gpus=0)
+
+
+def _run(kind: str, inputs: dict, **fields):
+    config = c.__dict__[{"train_drafter": "TrainDrafterConfig", "measure_curve": "MeasureCurveConfig",
+                         "profile_cost": "ProfileCostConfig"}[kind]]
+    placement = {"num_cpus": 2, "num_gpus": 0} if kind == "profile_cost" else {}
+    return run_job(kind, config(seed=0, device="cpu", target=TARGET, **placement, **fields), inputs, num_cpus=2,
+                   num_gpus=0)
 
 
 def test_chat_samples_are_split_and_templated():
@@ -31,9 +45,9 @@ def test_chat_samples_are_split_and_templated():
 
 
 def test_prompt_formats(chat_target):
-    from workers.target import load_target
+    from workers.models import load_model
 
-    _, tok = load_target({"files": chat_target["files"]}, device=torch.device("cpu"), dtype=torch.float32)
+    _, tok = load_model({"files": chat_target.files}, device=torch.device("cpu"), dtype=torch.float32)
     chat_ids = {tok.convert_tokens_to_ids(t) for t in (SYSTEM, USER, ASSISTANT)}
     kw = dict(corpus="chat", num_prompts=4, prompt_len=40, long_context_len=160, seed=0)
     for condition, (template, bos) in {"template+bos": (True, True), "template_no_bos": (True, False),
@@ -49,51 +63,48 @@ def test_prompt_formats(chat_target):
 
 
 def test_every_condition_gives_curves_and_diagnostics(chat_target):
-    drafter = {"kind": "eagle3", "norm": "post", "fc_norm": True, "fusion": "tri", "attention": "gated",
-               "draft_vocab": 200, "capture_layers": None,
-               "train": {"ttt_depth": 2, "steps": 8, "lr": 3e-3, "batch_size": 8, "seq_len": 64, "corpus": "chat"}}
-    trained = run_job("train_drafter", {"dtype": "float32", "drafter": drafter, "seed": 0},
-                      {"target": chat_target}, num_cpus=2, num_gpus=0)
-    out = run_job("measure_curve", {"dtype": "float32", "evaluation": EVAL, "seed": 0, "drafter_kind": "eagle3"},
-                  {"target": chat_target, "drafter": trained}, num_cpus=2, num_gpus=0)
-    keys = [(c["condition"], c["temperature"]) for c in out["curves"]]
-    assert keys == [(c, t) for c in CONDITIONS for t in (0.0, 1.0)]
-    by_key = {(c["condition"], c["temperature"]): c for c in out["curves"]}
+    drafter = Eagle3DrafterSpec(name="d", norm="post", fc_norm=True, fusion="tri", attention="gated", draft_vocab=200,
+                                train={"ttt_depth": 2, "steps": 8, "lr": 3e-3, "batch_size": 8, "seq_len": 64,
+                                       "corpus": "chat"})
+    trained = _run("train_drafter", {"target": chat_target}, drafter=drafter)
+    assert trained.family == "eagle3"
+    out = _run("measure_curve", {"target": chat_target, "drafter": trained}, drafter=drafter, evaluation=EVAL)
+    keys = [(curve.condition, curve.temperature) for curve in out.curves]
+    assert keys == [(cond, t) for cond in CONDITIONS for t in (0.0, 1.0)]
+    by_key = {(curve.condition, curve.temperature): curve for curve in out.curves}
     # zero noise drafts exactly what no noise drafts
-    assert by_key[("hidden_noise@0", 0.0)]["accept_len"] == by_key[("template+bos", 0.0)]["accept_len"]
-    rows = out["diagnostics"]
+    assert by_key[("hidden_noise@0", 0.0)].accept_len == by_key[("template+bos", 0.0)].accept_len
+    rows = out.diagnostics
     for name in ("sink_attn", "recent_attn"):
-        assert all(0.0 <= r["value"] <= 1.0 for r in rows if r["name"] == name)
-    assert all(r["value"] >= 0 for r in rows if r["name"] == "attn_entropy")
-    assert {r["depth"] for r in rows if r["name"] == "rms"} == {1, 2, 3}
-    assert {"rms_low", "rms_mid", "rms_high", "rms_fused"} <= {r["name"] for r in rows if r["depth"] == 0}
+        assert all(0.0 <= r.value <= 1.0 for r in rows if r.name == name)
+    assert all(r.value >= 0 for r in rows if r.name == "attn_entropy")
+    assert {r.depth for r in rows if r.name == "rms"} == {1, 2, 3}
+    assert {"rms_low", "rms_mid", "rms_high", "rms_fused"} <= {r.name for r in rows if r.depth == 0}
 
 
 def test_standalone_drafter_trains_measures_and_profiles(chat_target):
-    spec = {"kind": "standalone", "builtin": {"layers": 1, "hidden_size": 32, "heads": 2, "intermediate_size": 64,
-                                              "train": {"steps": 10, "lr": 3e-3, "batch_size": 8, "seq_len": 64,
-                                                        "corpus": "chat"}}, "hf": None}
-    trained = run_job("train_drafter", {"dtype": "float32", "drafter": spec, "seed": 0}, {"target": chat_target},
-                      num_cpus=2, num_gpus=0)
-    assert "config.json" in trained["files"]
-    evaluation = {**EVAL, "conditions": ["template+bos"], "temperatures": [0.0, 1.0]}
-    out = run_job("measure_curve", {"dtype": "float32", "evaluation": evaluation, "seed": 0,
-                                    "drafter_kind": "standalone"},
-                  {"target": chat_target, "drafter": trained}, num_cpus=2, num_gpus=0)
-    assert [c["num_chains"] for c in out["curves"]] == [18, 18]
-    assert {d["name"] for d in out["diagnostics"]} == {"decode_accept_len"}  # no drift diagnostics: not EAGLE
-    cost = run_job("profile_cost", {"dtype": "float32", "cost": {"context_len": 16, "warmup": 1, "repeats": 3},
-                                    "max_depth": 3, "seed": 0, "drafter_kind": "standalone"},
-                   {"target": chat_target, "drafter": trained}, num_cpus=2, num_gpus=0)
-    assert cost["cost"]["draft_ms"] > 0
-    assert len(cost["cost"]["pass_ms"]) == 4 and all(p > 0 for p in cost["cost"]["pass_ms"])
+    spec = StandaloneDrafterSpec(name="s", kind="standalone",
+                                 builtin={"layers": 1, "hidden_size": 32, "heads": 2, "intermediate_size": 64,
+                                          "train": {"steps": 10, "lr": 3e-3, "batch_size": 8, "seq_len": 64,
+                                                    "corpus": "chat"}})
+    trained = _run("train_drafter", {"target": chat_target}, drafter=spec)
+    assert "config.json" in trained.files and trained.family == "standalone"
+    evaluation = EVAL.model_copy(update={"conditions": ["template+bos"], "temperatures": [0.0, 1.0]})
+    out = _run("measure_curve", {"target": chat_target, "drafter": trained}, drafter=spec, evaluation=evaluation)
+    assert [curve.num_chains for curve in out.curves] == [18, 18]
+    assert out.diagnostics == ()  # no drift diagnostics: not EAGLE
+    assert all(len(curve.decode_accept_len) == 4 for curve in out.curves)
+    cost = _run("profile_cost", {"target": chat_target, "drafter": trained}, drafter=spec,
+                cost=CostTiming(context_len=16, warmup=1, repeats=3), max_depth=3).cost
+    assert cost.draft_ms > 0
+    assert len(cost.pass_ms) == 4 and all(p > 0 for p in cost.pass_ms)
 
 
 def test_batched_standalone_chains_equal_the_engine_proposer():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from workers.engine import ModelProposer
-    from workers.measure import draft_chains_with_model
+    from workers.chains import draft_chains_with_model
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

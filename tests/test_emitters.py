@@ -7,8 +7,9 @@ import shlex
 import pytest
 import yaml
 
+from pipeline.core.schedule import check_schedule, schedule_from_choices
 from pipeline.emitters import (
-    check_schedule, check_sglang_adaptive, check_trtllm, check_vllm, schedule_from_choices, sglang_adaptive,
+    check_sglang_adaptive, check_trtllm, check_vllm, sglang_adaptive,
     sglang_flags, trtllm_config, trtllm_yaml, vllm_command_arg, vllm_config,
 )
 

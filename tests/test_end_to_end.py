@@ -60,35 +60,56 @@ def specfleet(*args, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory, ray_cluster):
+    """The spec run once on the two-node cluster; the checks below read what it left."""
+    tmp_path = tmp_path_factory.mktemp("e2e")
     spec = tmp_path / "e2e.yaml"
     spec.write_text(yaml.safe_dump(SPEC))
-    first = specfleet("run", str(spec), "--address", ray_cluster, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert "11 ran, 0 reused, 0 failed" in first.stdout
-    assert "predicted vs measured speedup" in first.stdout
+    done = specfleet("run", str(spec), "--address", ray_cluster, cwd=tmp_path)
+    return tmp_path, spec, done
 
-    # the database: every job done with its MLflow run, a curve per pairing, a tuned config per pairing
-    store = Store(f"sqlite:///{tmp_path / '.specfleet' / 'specfleet.db'}")
+
+def _store(tmp_path: Path) -> Store:
+    return Store(f"sqlite:///{tmp_path / '.specfleet' / 'specfleet.db'}")
+
+
+def _mlflow(tmp_path: Path):
+    client = MlflowClient(f"sqlite:///{tmp_path / '.specfleet' / 'mlflow.db'}")
+    return client, client.get_experiment_by_name("specfleet/e2e")
+
+
+def test_every_job_runs_on_the_cluster(first_run):
+    _, _, done = first_run
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "11 ran, 0 reused, 0 failed" in done.stdout
+    assert "predicted vs measured speedup" in done.stdout
+
+
+def test_the_database_holds_every_job_curve_choice_and_benchmark(first_run):
+    tmp_path, _, _ = first_run
+    store = _store(tmp_path)
     jobs = store.jobs()
     assert len(jobs) == 11 and {j["status"] for j in jobs} == {"done"}
     assert all(j["attempts"] == 1 and j["mlflow_run_id"] for j in jobs)
     trained = [store.finished_result(j["job_hash"]) for j in jobs if j["kind"].startswith("train")]
     assert all(Path(t["checkpoint_dir"]).is_absolute() for t in trained)  # reusable from any folder
+    assert sorted(t["family"] or "" for t in trained) == ["", "eagle3", "eagle3"]
     best = store.best()
     assert {(r["target"], r["drafter"]) for r in best} == {("t0", "pre"), ("t0", "post")}
     for row in best:
         assert row["depth"] <= 3 and row["hardware"].startswith("cpu")
-        curve = [c for c in store.curve_rows(target="t0", drafter=row["drafter"])]
+        curve = store.curve_rows(target="t0", drafter=row["drafter"])
         assert [c["depth"] for c in curve] == [1, 2, 3]
         diags = store.diagnostic_rows(target="t0", drafter=row["drafter"])
         assert {(d["name"], d["depth"]) for d in diags if d["depth"] > 0} == {
-            (n, k) for n in ("rms", "sink_attn", "recent_attn", "attn_entropy", "decode_accept_len") for k in (1, 2, 3)}
-        # the choice: a decoder's tokens per pass at that depth, at the spec's cost ratio
-        tokens = {d["depth"]: d["value"] for d in diags if d["name"] == "decode_accept_len"} | {0: 1.0}
+            (n, k) for n in ("rms", "sink_attn", "recent_attn", "attn_entropy") for k in (1, 2, 3)}
+        # the choice: a decoder's tokens per pass at that depth, at the spec's cost ratio, kept with it
+        tokens = {c["depth"]: c["decode_accept_len"] for c in curve} | {0: 1.0}
         acc = {c["depth"]: c["accept_len"] for c in curve} | {0: 1.0}
-        assert row["depth"] >= 1 and row["cost_ratio"] == 0.01
+        assert row["depth"] >= 1 and row["cost_ratio"] == 0.01 and row["cost_model"] == "leviathan"
         assert row["accept_len"] == pytest.approx(acc[row["depth"]])
+        assert row["decode_accept_len"] == pytest.approx(tokens[row["depth"]])
         assert row["speedup"] == pytest.approx(tokens[row["depth"]] / (row["depth"] * 0.01 + 1))
         assert len(store.finished_result(row["cost_job_hash"])["cost"]["pass_ms"]) == 4  # timed all the same
         # the engine benchmark: every depth, plain decoding as the baseline, the prediction beside it
@@ -98,9 +119,13 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
         assert all(b["tokens_per_s"] > 0 and 1.0 <= b["engine_accept_len"] <= b["depth"] + 1 for b in bench)
     store.close()
 
-    # MLflow: a parent run and one child run per job, curves with step = depth, checkpoints and plots
-    client = MlflowClient(f"sqlite:///{tmp_path / '.specfleet' / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("specfleet/e2e")
+
+def test_mlflow_holds_a_run_per_job_with_curves_checkpoints_and_plots(first_run):
+    tmp_path, _, _ = first_run
+    store = _store(tmp_path)
+    jobs = store.jobs()
+    store.close()
+    client, exp = _mlflow(tmp_path)
     runs = client.search_runs([exp.experiment_id])
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(runs) == 12 and len(children) == 11
@@ -114,6 +139,8 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
             assert steps == [0, 1, 2, 3] and {"curve.png", "drift.png"} <= paths
             rms = sorted(m.step for m in client.get_metric_history(r.info.run_id, "rms/default/T0"))
             assert rms == [1, 2, 3]
+            walk = sorted(m.step for m in client.get_metric_history(r.info.run_id, "decode_accept_len"))
+            assert walk == [0, 1, 2, 3]
         if kind == "train_drafter":
             inner = {a.path for a in client.list_artifacts(r.info.run_id, "checkpoint")}
             assert "checkpoint/model.safetensors" in inner
@@ -123,17 +150,21 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
             steps = sorted(m.step for m in client.get_metric_history(r.info.run_id, "measured_speedup"))
             assert steps == [0, 1, 2, 3] and "speedup_check.png" in paths
 
-    # `best --json` answers from the database
+
+def test_best_and_speedups_answer_from_the_database(first_run):
+    tmp_path, _, _ = first_run
     out = specfleet("best", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
-    assert {"target", "drafter", "depth", "accept_len", "speedup", "cost_ratio"} <= set(rows[0])
+    assert {"target", "drafter", "depth", "accept_len", "speedup", "cost_ratio", "decode_accept_len"} <= set(rows[0])
     assert len(specfleet("best", "--json", "--drafter", "post", cwd=tmp_path).stdout.split('"drafter"')) == 2
     bench = specfleet("speedups", "--json", cwd=tmp_path)
     assert bench.returncode == 0 and len(json.loads(bench.stdout)) == 8
     assert "best measured" in specfleet("speedups", cwd=tmp_path).stdout
 
-    # autotune: a ready vLLM config whose drafter path holds an exported EAGLE-3 checkpoint
+
+def test_autotune_exports_the_trained_drafter_for_vllm(first_run):
+    tmp_path, _, _ = first_run
     tuned = specfleet("autotune", "--engine", "vllm", "--target", "t0", "--drafter", "pre", cwd=tmp_path)
     exported = list((tmp_path / ".specfleet" / "exports").glob("*/config.json"))
     assert len(exported) == 1 and (exported[0].parent / "model.safetensors").is_file()
@@ -144,26 +175,37 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
     refused = specfleet("autotune", "--engine", "vllm", "--drafter", "post", cwd=tmp_path)  # post-norm + fc_norm
     assert refused.returncode == 1 and "norm: post" in refused.stderr
 
-    # an unchanged rerun reuses every job and duplicates no MLflow run
+
+def test_an_unchanged_rerun_reuses_every_job(first_run, ray_cluster):
+    tmp_path, spec, _ = first_run
     again = specfleet("run", str(spec), "--address", ray_cluster, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "0 ran, 11 reused, 0 failed" in again.stdout
-    assert len(client.search_runs([exp.experiment_id])) == 12
+    client, exp = _mlflow(tmp_path)
+    assert len(client.search_runs([exp.experiment_id])) == 12  # no MLflow run duplicated
 
-    # a changed evaluation reruns only what it affects; reused training jobs are not recorded again
+
+def test_a_changed_evaluation_reruns_only_what_it_affects(first_run, ray_cluster):
+    tmp_path, spec, _ = first_run
     deeper = dict(SPEC, evaluation={**SPEC["evaluation"], "max_depth": 2})
     spec.write_text(yaml.safe_dump(deeper))
     partial = specfleet("run", str(spec), "--address", ray_cluster, cwd=tmp_path)
     assert partial.returncode == 0, partial.stderr[-3000:]
     assert "8 ran, 3 reused, 0 failed" in partial.stdout
-    store = Store(f"sqlite:///{tmp_path / '.specfleet' / 'specfleet.db'}")
+    store = _store(tmp_path)
     trained = [j for j in store.jobs() if j["kind"].startswith("train")]
-    assert len(trained) == 3 and all(j["attempts"] == 1 for j in trained)
+    assert len(trained) == 3 and all(j["attempts"] == 1 for j in trained)  # reused, not recorded again
     assert len(store.experiments()) == 2
     store.close()
+    client, exp = _mlflow(tmp_path)
     assert len(client.search_runs([exp.experiment_id])) == 12 + 1 + 8
 
-    # a spec asking for GPUs the cluster lacks is refused before anything is written
+
+def test_a_gpu_request_the_cluster_cannot_meet_is_refused_before_anything_is_written(first_run, ray_cluster):
+    tmp_path, _, _ = first_run
+    store = _store(tmp_path)
+    before = [e["name"] for e in store.experiments()]
+    store.close()
     gpu = dict(SPEC, name="needs-gpu", resources={"train_drafter": {"num_cpus": 1, "num_gpus": 1}})
     gspec = tmp_path / "gpu.yaml"
     gspec.write_text(yaml.safe_dump(gpu))
@@ -171,7 +213,8 @@ def test_spec_through_ray_mlflow_and_database(tmp_path, ray_cluster):
     assert refused.returncode == 3
     assert "resources.train_drafter.num_gpus" in refused.stderr and "0 GPU" in refused.stderr
     assert "Traceback" not in refused.stderr
-    store = Store(f"sqlite:///{tmp_path / '.specfleet' / 'specfleet.db'}")
-    assert [e["name"] for e in store.experiments()] == ["e2e", "e2e"]
+    store = _store(tmp_path)
+    assert [e["name"] for e in store.experiments()] == before
     store.close()
+    client, _ = _mlflow(tmp_path)
     assert client.get_experiment_by_name("specfleet/needs-gpu") is None

@@ -11,7 +11,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import workers.engine as engine
 from workers.drafter import drafter_from_target
 from workers.engine import EagleProposer, ModelProposer, accept_drafts, generate
-from workers.train_drafter import drafter_config_for
+from workers.eagle_train import drafter_config_for
 
 V = 12  # a small vocabulary, so exact target distributions can be enumerated
 

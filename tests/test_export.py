@@ -9,7 +9,7 @@ import torch
 
 from workers.drafter import drafter_from_target
 from workers.export import export_eagle3, import_eagle3
-from workers.train_drafter import drafter_config_for
+from workers.eagle_train import drafter_config_for
 
 
 @pytest.fixture()

@@ -4,10 +4,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workers.jobs import run_job
+from pipeline.core import contracts as c
+from pipeline.core.settings import CostTiming, Eagle3DrafterSpec, Evaluation, StandaloneDrafterSpec
+from workers.jobs.run import run_job
 
-DRAFTER = {"kind": "eagle3", "norm": "post", "fc_norm": True, "fusion": "tri",
-           "train": {"ttt_depth": 2, "steps": 3, "lr": 3e-3, "batch_size": 4, "seq_len": 32, "corpus": "pydoc"}}
+DRAFTER = Eagle3DrafterSpec(name="d", norm="post", fc_norm=True, fusion="tri",
+                            train={"ttt_depth": 2, "steps": 3, "lr": 3e-3, "batch_size": 4, "seq_len": 32,
+                                   "corpus": "pydoc"})
+EVAL = Evaluation(max_depth=3, temperatures=[0.0], num_prompts=3, prompt_len=12, continuation_len=4, corpus="pydoc",
+                  conditions=["default"], long_context_len=64)
+
+
+def _train(hf: str, device: str = "cpu", dtype: str = "float32"):
+    config = c.TrainDrafterConfig(seed=0, device=device, target=c.TargetRef(name="t", hf=hf, dtype=dtype),
+                                  drafter=DRAFTER)
+    return run_job("train_drafter", config, {}, num_cpus=1, num_gpus=1 if device == "cuda" else 0)
 
 
 @pytest.fixture(scope="module")
@@ -21,59 +32,56 @@ def hf_folder(tmp_path_factory, tiny_target):
 
 
 def test_drafter_trains_measures_and_profiles_on_a_local_hf_model(hf_folder):
-    source = {"dtype": "float32", "target_hf": hf_folder}
-    trained = run_job("train_drafter", {**source, "drafter": DRAFTER, "seed": 0}, {}, num_cpus=1, num_gpus=0)
-    assert set(trained["files"]) == {"config.json", "model.safetensors"}
-    assert [s for s, _ in trained["history"]["train_loss"]] == [1, 2, 3]
-    evaluation = {"max_depth": 3, "temperatures": [0.0], "num_prompts": 3, "prompt_len": 12,
-                  "continuation_len": 4, "corpus": "pydoc", "conditions": ["default"], "long_context_len": 64}
-    measured = run_job("measure_curve", {**source, "evaluation": evaluation, "seed": 0, "target": "t",
-                                         "drafter": "d", "drafter_kind": "eagle3"},
+    target = c.TargetRef(name="t", hf=hf_folder, dtype="float32")
+    trained = _train(hf_folder)
+    assert set(trained.files) == {"config.json", "model.safetensors"}
+    assert [s for s, _ in trained.history["train_loss"]] == [1, 2, 3]
+    measured = run_job("measure_curve", c.MeasureCurveConfig(seed=0, device="cpu", target=target, drafter=DRAFTER,
+                                                             evaluation=EVAL),
                        {"drafter": trained}, num_cpus=1, num_gpus=0)
-    curve = measured["curves"][0]
-    assert curve["num_chains"] == 12 and len(curve["accept_len"]) == 4
-    assert {r["name"] for r in measured["diagnostics"]} >= {"rms", "sink_attn", "recent_attn", "attn_entropy"}
-    cost = run_job("profile_cost", {**source, "cost": {"context_len": 8, "warmup": 0, "repeats": 2},
-                                    "max_depth": 3, "seed": 0}, {"drafter": trained}, num_cpus=1, num_gpus=0)
-    assert cost["cost"]["draft_ms"] > 0
+    curve = measured.curves[0]
+    assert curve.num_chains == 12 and len(curve.accept_len) == 4
+    assert {r.name for r in measured.diagnostics} >= {"rms", "sink_attn", "recent_attn", "attn_entropy"}
+    cost = run_job("profile_cost", c.ProfileCostConfig(seed=0, device="cpu", target=target, drafter=DRAFTER,
+                                                       cost=CostTiming(context_len=8, warmup=0, repeats=2),
+                                                       max_depth=3, num_cpus=1, num_gpus=0),
+                   {"drafter": trained}, num_cpus=1, num_gpus=0)
+    assert cost.cost.draft_ms > 0
 
 
 def test_missing_local_model_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no model at"):
-        run_job("train_drafter", {"dtype": "float32", "target_hf": str(tmp_path / "nope"), "drafter": DRAFTER,
-                                  "seed": 0}, {}, num_cpus=1, num_gpus=0)
+        _train(str(tmp_path / "nope"))
 
 
 def test_gpu_job_without_cuda_refuses_to_fall_back(hf_folder):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     with pytest.raises(RuntimeError, match="num_gpus=1"):
-        run_job("train_drafter", {"dtype": "auto", "target_hf": hf_folder, "drafter": DRAFTER, "seed": 0}, {},
-                num_cpus=1, num_gpus=1)
+        _train(hf_folder, device="cuda", dtype="auto")
 
 
 def test_corrupt_drafter_checkpoint_names_the_file(tiny_drafters):
-    from workers.train_drafter import load_drafter
+    from workers.eagle_checkpoint import load_eagle3
 
     _, files = tiny_drafters["pre"]
     broken = {**files, "model.safetensors": files["model.safetensors"][:100]}
     with pytest.raises(RuntimeError, match="model.safetensors"):
-        load_drafter(broken, device="cpu", dtype=torch.float32)
+        load_eagle3(broken, device="cpu", dtype=torch.float32)
     with pytest.raises(RuntimeError, match="config.json"):
-        load_drafter({**files, "config.json": b"{not json"}, device="cpu", dtype=torch.float32)
+        load_eagle3({**files, "config.json": b"{not json"}, device="cpu", dtype=torch.float32)
     import json
 
     cfg = json.loads(files["config.json"])
     wrong = {**files, "config.json": json.dumps({**cfg, "fc_norm": not cfg["fc_norm"]}).encode()}
     with pytest.raises(RuntimeError, match="do not match"):
-        load_drafter(wrong, device="cpu", dtype=torch.float32)
+        load_eagle3(wrong, device="cpu", dtype=torch.float32)
 
 
 def test_standalone_drafter_from_a_local_hf_folder(hf_folder):
     """The classic pairing with a downloaded draft model: here the same tiny Llama as the target."""
-    evaluation = {"max_depth": 3, "temperatures": [0.0], "num_prompts": 2, "prompt_len": 12,
-                  "continuation_len": 4, "corpus": "pydoc", "conditions": ["default"], "long_context_len": 64}
-    config = {"dtype": "float32", "target_hf": hf_folder, "drafter_hf": hf_folder, "drafter_kind": "standalone",
-              "evaluation": evaluation, "seed": 0}
-    curve = run_job("measure_curve", config, {}, num_cpus=1, num_gpus=0)["curves"][0]
-    assert curve["accept_len"][-1] == 4.0  # a draft model identical to the target accepts every draft
+    config = c.MeasureCurveConfig(seed=0, device="cpu", target=c.TargetRef(name="t", hf=hf_folder, dtype="float32"),
+                                  drafter=StandaloneDrafterSpec(name="s", kind="standalone", hf=hf_folder),
+                                  evaluation=EVAL.model_copy(update={"num_prompts": 2}))
+    curve = run_job("measure_curve", config, {}, num_cpus=1, num_gpus=0).curves[0]
+    assert curve.accept_len[-1] == 4.0  # a draft model identical to the target accepts every draft

@@ -106,11 +106,29 @@ def test_standalone_drafters_in_the_plan():
     names = [j.name for j in plan.jobs]
     assert "train_drafter t/small" in names and "train_drafter t/hub" not in names  # an hf model is used as is
     hub_measure = next(j for j in plan.jobs if j.name == "measure_curve t/hub")
-    assert hub_measure.config["drafter_hf"] == "someorg/tiny-draft"
-    assert hub_measure.config["drafter_kind"] == "standalone"
+    assert hub_measure.config.drafter.hf == "someorg/tiny-draft"
+    assert hub_measure.config.drafter.kind == "standalone"
     assert {n for n, _ in hub_measure.deps} == {"target"}
     small_measure = next(j for j in plan.jobs if j.name == "measure_curve t/small")
     assert {n for n, _ in small_measure.deps} == {"target", "drafter"}
+
+
+def test_every_job_carries_its_kinds_typed_config():
+    from pipeline.core.kinds import KINDS
+
+    plan = plan_of(modified(["validation"], {"num_prompts": 4}))
+    assert {j.kind for j in plan.jobs} == set(KINDS)
+    for job in plan.jobs:
+        assert type(job.config) is KINDS[job.kind].config
+        assert {name for name, _ in job.deps} <= set(KINDS[job.kind].inputs)
+
+
+def test_renaming_a_drafter_keeps_its_training_and_cost_profile():
+    renamed = modified(["drafters"], [{**BASE["drafters"][0], "name": "pre2"}, BASE["drafters"][1]])
+    before, after = hashes(plan_of(BASE)), hashes(plan_of(renamed))
+    assert after["train_drafter t/pre2"] == before["train_drafter t/pre"]
+    assert after["profile_cost t/pre2"] == before["profile_cost t/pre"]
+    assert after["measure_curve t/pre2"] != before["measure_curve t/pre"]  # its rows are stored under the name
 
 
 def test_validation_adds_an_engine_benchmark_after_each_depth_choice():
@@ -123,8 +141,8 @@ def test_validation_adds_an_engine_benchmark_after_each_depth_choice():
         deps = {name: jobs[h] for name, h in bench.deps}
         assert {n: d.kind for n, d in deps.items()} == {"target": "train_target", "drafter": "train_drafter",
                                                         "depth": "select_depth"}
-        assert deps["depth"].drafter == bench.drafter and bench.config["validation"]["new_tokens"] == 32
-        assert bench.config["num_cpus"] == 1  # timings depend on the threads the job had
+        assert deps["depth"].drafter == bench.drafter and bench.config.validation.new_tokens == 32
+        assert bench.config.num_cpus == 1  # timings depend on the threads the job had
     # the rest of the plan is untouched by validation; a validation change reruns only the benchmarks
     base = hashes(plan_of(BASE))
     assert {n: h for n, h in hashes(plan).items() if not n.startswith("measure_speedup")} == base

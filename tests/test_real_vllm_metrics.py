@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.acceptance import curve_speedup
+from pipeline.core.choice import curve_speedup
 from pipeline.errors import UserError
 from pipeline.prod_metrics import parse_counters, production_curve
 

@@ -4,15 +4,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.acceptance import choose_depth
-from pipeline.types import Curve
-from workers.engine import generate
-from workers.jobs import run_job
+from pipeline.core import contracts as c
+from pipeline.core.choice import choose_depth
+from pipeline.core.settings import Eagle3DrafterSpec, Evaluation, Validation
+from pipeline.core.types import Curve
+from workers.engine import ModelProposer, generate
+from workers.jobs.run import run_job
 from workers.speedup import engine_speedups
 
-EVAL = dict(max_depth=3, temperatures=[0.0], num_prompts=4, prompt_len=20, continuation_len=8, corpus="stdlib",
-            conditions=["default"], long_context_len=64)
-VALIDATION = dict(num_prompts=3, new_tokens=17, repeats=1, warmup_prompts=1, tolerance=0.05)
+EVAL = Evaluation(max_depth=3, temperatures=[0.0], num_prompts=4, prompt_len=20, continuation_len=8, corpus="stdlib",
+                  conditions=["default"], long_context_len=64)
+VALIDATION = Validation(num_prompts=3, new_tokens=17, repeats=1, warmup_prompts=1, tolerance=0.05)
 
 
 def test_depth_zero_is_plain_decoding_and_is_timed(tiny_target):
@@ -31,8 +33,8 @@ def test_depth_zero_is_plain_decoding_and_is_timed(tiny_target):
 def test_identical_draft_model_emits_k_plus_one_tokens_per_pass(tiny_target):
     """The target drafting for itself accepts every draft: the engine's accept_len is exactly k + 1."""
     target, tokenizer, _ = tiny_target
-    result = engine_speedups(target=target, drafter=target, tokenizer=tokenizer, evaluation=EVAL,
-                             validation=VALIDATION, seed=0, standalone=True)
+    result = engine_speedups(target=target, proposer=ModelProposer(target), tokenizer=tokenizer, evaluation=EVAL,
+                             validation=VALIDATION, seed=0)
     assert result["engine_accept_len"] == [1.0, 2.0, 3.0, 4.0]
     assert result["greedy_mismatches"] == 0
     assert result["measured_speedup"][0] == 1.0
@@ -40,9 +42,9 @@ def test_identical_draft_model_emits_k_plus_one_tokens_per_pass(tiny_target):
     # 3 prompts x 16 tokens after the first; deeper chains overshoot max_new by at most k tokens
     assert result["tokens"][0] == 48 and all(48 <= t <= 48 + 3 * k for k, t in enumerate(result["tokens"]))
     # by default the engine decodes as deep as the chains were measured
-    default = engine_speedups(target=target, drafter=target, tokenizer=tokenizer, evaluation=EVAL,
-                              validation={**VALIDATION, "new_tokens": None}, seed=0, standalone=True)
-    assert default["tokens"][0] == 3 * (EVAL["continuation_len"] - 1) and default["engine_accept_len"][2] == 3.0
+    default = engine_speedups(target=target, proposer=ModelProposer(target), tokenizer=tokenizer, evaluation=EVAL,
+                              validation=VALIDATION.model_copy(update={"new_tokens": None}), seed=0)
+    assert default["tokens"][0] == 3 * (EVAL.continuation_len - 1) and default["engine_accept_len"][2] == 3.0
 
 
 def test_measure_speedup_job_compares_the_chosen_depth_with_the_best_measured(tiny_target, tiny_drafters):
@@ -51,35 +53,41 @@ def test_measure_speedup_job_compares_the_chosen_depth_with_the_best_measured(ti
     curve = Curve(condition="default", temperature=0.0, num_chains=10, cond_accept=(0.5, 0.5, 0.5),
                   survival=(0.5, 0.25, 0.125), accept_len=(1.0, 1.5, 1.75, 1.875))
     choice = choose_depth(curve, 0.1)
-    selected = {"choice": choice.to_dict(), "hardware": "cpu 2t x1 float32", "condition": "default",
-                "temperature": 0.0}
-    config = {"dtype": "auto", "drafter_kind": "eagle3", "evaluation": EVAL, "validation": VALIDATION, "seed": 0}
-    inputs = {"target": {"files": target_files}, "drafter": {"files": drafter_files}, "depth": selected}
-    check = run_job("measure_speedup", config, inputs, num_cpus=2, num_gpus=0)["speedup_check"]
-    tps = check["tokens_per_s"]
-    assert len(tps) == 4 and check["predicted_speedup"] == list(choice.speedups)
-    assert check["chosen_depth"] == choice.depth and tps[check["best_measured_depth"]] == max(tps)
-    assert check["chosen_vs_best"] == pytest.approx(tps[choice.depth] / max(tps))
-    assert check["passed"] == (check["chosen_vs_best"] >= 0.95) == (check["problems"] == [])
-    assert check["greedy_mismatches"] == 0 and check["engine_accept_len"][0] == 1.0
-    assert all(a >= 1.0 for a in check["engine_accept_len"])
+    selected = c.Selected(choice=choice, hardware="cpu 2t x1 float32", condition="default", temperature=0.0)
+    config = c.MeasureSpeedupConfig(seed=0, device="cpu", target=c.TargetRef(name="t"),
+                                    drafter=Eagle3DrafterSpec(name="d", norm="post"), evaluation=EVAL,
+                                    validation=VALIDATION, num_cpus=2, num_gpus=0)
+    inputs = {"target": c.Trained(metrics={}, files=target_files),
+              "drafter": c.Trained(family="eagle3", metrics={}, files=drafter_files), "depth": selected}
+    check = run_job("measure_speedup", config, inputs, num_cpus=2, num_gpus=0).speedup_check
+    tps = check.tokens_per_s
+    assert len(tps) == 4 and check.predicted_speedup == choice.speedups
+    assert check.chosen_depth == choice.depth and tps[check.best_measured_depth] == max(tps)
+    assert check.chosen_vs_best == pytest.approx(tps[choice.depth] / max(tps))
+    assert check.passed == (check.chosen_vs_best >= 0.95) == (check.problems == ())
+    assert check.greedy_mismatches == 0 and check.engine_accept_len[0] == 1.0
+    assert all(a >= 1.0 for a in check.engine_accept_len)
 
     # costs timed elsewhere (here: with another thread count) cannot validate this engine's speed
-    elsewhere = {**inputs, "depth": {**selected, "hardware": "cpu 1t x1 float32"}}
-    moved = run_job("measure_speedup", config, elsewhere, num_cpus=2, num_gpus=0)["speedup_check"]
-    assert not moved["passed"] and any("timed on cpu 1t" in p for p in moved["problems"])
+    elsewhere = {**inputs, "depth": selected.model_copy(update={"hardware": "cpu 1t x1 float32"})}
+    moved = run_job("measure_speedup", config, elsewhere, num_cpus=2, num_gpus=0).speedup_check
+    assert not moved.passed and any("timed on cpu 1t" in p for p in moved.problems)
 
-    wrong = {**inputs, "depth": {**selected, "temperature": 1.0}}
+    wrong = {**inputs, "depth": selected.model_copy(update={"temperature": 1.0})}
     with pytest.raises(ValueError, match="another condition or temperature"):
         run_job("measure_speedup", config, wrong, num_cpus=2, num_gpus=0)
+
+    with pytest.raises(TypeError, match="config must be MeasureSpeedupConfig"):  # the contract is checked
+        run_job("measure_speedup", selected, inputs, num_cpus=2, num_gpus=0)
 
 
 def test_the_decode_walk_over_measured_chains_is_what_the_engine_does(tiny_target, tiny_drafters):
     """At temperature 0 the engine's accepted counts pass by pass are the walk over the measured chains."""
-    from pipeline.acceptance import decode_walk
+    from pipeline.core.acceptance import decode_walk
     from workers.engine import EagleProposer
     from workers.features import target_pass
-    from workers.measure import continue_text, draft_all_chains, verify_chains
+    from workers.chains import draft_all_chains
+    from workers.measure import continue_text, verify_chains
 
     target, tokenizer, _ = tiny_target
     drafter, _ = tiny_drafters["post"]

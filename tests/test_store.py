@@ -22,7 +22,7 @@ from db.engine import normalize_url
 from db.migrate import alembic_config, current_revision, head_revision
 from db.store import DIAGNOSTIC_KEYS, TUNED_KEYS, Store, StoreError
 from db.tables import Base, Job, utc_now
-from pipeline.types import Curve
+from pipeline.core.types import Curve
 
 PG_BASE_URL = normalize_url(
     os.environ.get("SPECFLEET_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -30,7 +30,7 @@ PG_BASE_URL = normalize_url(
 TABLES = {"experiments", "jobs", "experiment_jobs", "curves", "diagnostics", "speedup_checks",
           "tuned_configs"}
 VERSION_KEYS = {"version", "active", "source", "schedule", "curve_job_hash", "cost_job_hash",
-                "drafter_job_hash", "notes", "job_hash"}
+                "drafter_job_hash", "notes", "job_hash", "decode_accept_len", "cost_model", "pass_cost"}
 BEST_KEYS = set(TUNED_KEYS) - {"experiment_id"} | {"created_at"} | VERSION_KEYS
 
 
@@ -326,6 +326,21 @@ def test_diagnostics_round_trip_sorted_filtered_and_replaced(store: Store) -> No
     assert [(r["job_hash"], r["name"]) for r in store.diagnostic_rows()] == [
         ("curve-b", "rms"), ("curve-a", "rms_fused")
     ]
+
+
+def test_the_choice_keeps_what_it_maximised_and_its_cost_model(store: Store) -> None:
+    experiment_id = _experiment(store)
+    _select_job(store, experiment_id, "select-b", drafter="other", decode_accept_len=1.8, cost_model="timed",
+                pass_cost=[1.0, 1.5, 1.9, 2.2])
+    (timed,) = store.best(drafter="other")
+    assert (timed["decode_accept_len"], timed["cost_model"], timed["pass_cost"]) == (1.8, "timed",
+                                                                                    [1.0, 1.5, 1.9, 2.2])
+    for bad in ({"cost_model": "guess"}, {"pass_cost": [1.0]}, {"pass_cost": [1.0, float("nan")]},
+                {"decode_accept_len": float("inf")}):
+        with pytest.raises(StoreError, match=next(iter(bad))):
+            _select_job(store, experiment_id, "select-bad", drafter="bad", **bad)
+    assert store.best(drafter="bad") == []
+
 
 
 def test_tuned_config_is_stored_and_returned_by_best(store: Store) -> None:

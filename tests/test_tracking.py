@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from mlflow.tracking import MlflowClient
 
+from db.store import Store
+from pipeline.core.contracts import DiagnosticValue, Measured
+from pipeline.core.types import Curve
 from pipeline.plan import Job
-from pipeline.record import log_job
+from pipeline.record import Recording, finished, record_measured
 from pipeline.tracking import TAG_JOB, Tracker, flatten
-from pipeline.types import Curve
 
 
 def test_flatten_nested_params():
@@ -21,14 +23,23 @@ def test_parent_and_child_runs_with_curve(tmp_path):
     _, other = tracker.parent_run(experiment="specfleet/t", spec_hash="def", params={"seed": 2}, tags={})
     assert other != parent
 
-    job = Job("measure_curve", "measure_curve t/d", {"evaluation": {"max_depth": 3}}, (), "h" * 64, 1, 0, "t", "d")
+    job = Job("measure_curve", "measure_curve t/d", None, (), "h" * 64, 1, 0, "t", "d")
     run_id = tracker.start_job(exp_id, parent, job_hash=job.hash, kind=job.kind, name=job.name,
-                               params=job.config, tags={})
-    curve = Curve("default", 0.0, 10, (0.8, 0.5, 0.5), (0.8, 0.4, 0.2), (1.0, 1.8, 2.2, 2.4))
+                               params={"evaluation": {"max_depth": 3}}, tags={})
+    curve = Curve("default", 0.0, 10, (0.8, 0.5, 0.5), (0.8, 0.4, 0.2), (1.0, 1.8, 2.2, 2.4),
+                  decode_accept_len=(1.0, 1.7, 2.0, 2.1))
     other = Curve("no_template", 0.0, 10, (0.5, 0.5, 0.5), (0.5, 0.25, 0.125), (1.0, 1.5, 1.75, 1.875))
-    diagnostics = [{"condition": "default", "temperature": 0.0, "depth": k, "name": "rms", "value": 1.0 + k}
-                   for k in (1, 2, 3)]
-    log_job(tracker, run_id, job, {"curves": [curve.to_dict(), other.to_dict()], "diagnostics": diagnostics})
+    diagnostics = tuple(DiagnosticValue(condition="default", temperature=0.0, depth=k, name="rms", value=1.0 + k)
+                        for k in (1, 2, 3))
+    measured = Measured(curves=(curve, other), per_prompt=((), ()), walks=((), ()), diagnostics=diagnostics)
+    store = Store(f"sqlite:///{tmp_path / 'specfleet.db'}")
+    store.link_job(store.ensure_experiment(name="t", spec_hash="abc", spec_yaml="", code_version="v"),
+                   job_hash=job.hash, kind=job.kind, name=job.name, config={})
+    record_measured(job, measured, Recording(tracker, store, run_id, tmp_path / "checkpoints", 1, "abc", "v", {}))
+    assert finished(store, "measure_curve", job.hash) == measured  # the typed result comes back as it went in
+    assert [r["survival"] for r in store.curve_rows(condition="default")] == [0.8, 0.4, 0.2]
+    assert [r["value"] for r in store.diagnostic_rows(condition="default")] == [2.0, 3.0, 4.0]
+    store.close()
     client = MlflowClient(uri)
     assert client.get_run(run_id).info.status == "RUNNING"
     tracker.end(run_id, ok=True)
@@ -44,6 +55,8 @@ def test_parent_and_child_runs_with_curve(tmp_path):
     assert other_acc == [(0, 1.0), (1, 1.5), (2, 1.75), (3, 1.875)]
     rms = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "rms/default/T0"))
     assert rms == [(1, 2.0), (2, 3.0), (3, 4.0)]
+    walk = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "decode_accept_len"))
+    assert walk == [(0, 1.0), (1, 1.7), (2, 2.0), (3, 2.1)]
     artifacts = [a.path for a in client.list_artifacts(run_id)]
     assert {"curve.png", "conditions.png", "drift.png"} <= set(artifacts)
     assert (tmp_path / "artifacts").is_dir()

@@ -4,16 +4,19 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pipeline.core.settings import Evaluation
+from workers.chains import draft_all_chains
 from workers.engine import EagleProposer, generate
+from workers.family import family_of
 from workers.features import target_pass
-from workers.measure import continue_text, draft_all_chains, measure_curves
+from workers.measure import continue_text, measure_curves
 
-EVAL = dict(max_depth=4, temperatures=[0.0], num_prompts=6, prompt_len=20, continuation_len=10, corpus="stdlib",
-            conditions=["default"], long_context_len=64)
+EVAL = Evaluation(max_depth=4, temperatures=[0.0], num_prompts=6, prompt_len=20, continuation_len=10, corpus="stdlib",
+                  conditions=["default"], long_context_len=64)
 
 
-def measure_curve(**kwargs):
-    (curve, _, per_prompt, walks), = measure_curves(**kwargs)
+def measure_curve(family="eagle3", **kwargs):
+    (curve, _, per_prompt, walks), = measure_curves(family=family_of(family), **kwargs)
     assert len(walks) == len(per_prompt) and curve.decode_accept_len[0] == 1.0
     # a decoder starts fewer chains than there are positions, never more tokens per pass than drafted + 1
     assert all(1.0 <= a <= k + 1 for k, a in enumerate(curve.decode_accept_len))
@@ -58,7 +61,7 @@ def test_greedy_speculative_output_equals_target_greedy(tiny_target, tiny_drafte
 
 def test_untrained_drafter_still_lossless(tiny_target):
     from workers.drafter import drafter_from_target
-    from workers.train_drafter import drafter_config_for
+    from workers.eagle_train import drafter_config_for
 
     target, tokenizer, _ = tiny_target
     torch.manual_seed(5)
@@ -114,7 +117,7 @@ def test_greedy_curve_matches_decoding_and_is_consistent(tiny_target, tiny_draft
     target, tokenizer, _ = tiny_target
     drafter, _ = tiny_drafters["pre"]
     curve = measure_curve(target=target, drafter=drafter, tokenizer=tokenizer, evaluation=EVAL, seed=0)
-    assert curve.num_chains == EVAL["num_prompts"] * EVAL["continuation_len"]
+    assert curve.num_chains == EVAL.num_prompts * EVAL.continuation_len
     assert len(curve.survival) == 4 and len(curve.accept_len) == 5
     assert all(a >= b for a, b in zip(curve.survival, curve.survival[1:]))
     assert curve.accept_len[0] == 1.0
@@ -125,7 +128,7 @@ def test_greedy_curve_matches_decoding_and_is_consistent(tiny_target, tiny_draft
 
 def test_identical_drafter_accepts_everything():
     """A 'drafter' that is the target itself: the verify pass must accept every draft."""
-    from pipeline.acceptance import curve_from_accepted
+    from pipeline.core.acceptance import curve_from_accepted
 
     torch.manual_seed(0)
     logits = torch.randn(50, 6, 30)
@@ -139,7 +142,7 @@ def test_sampled_curve_probabilities(tiny_target, tiny_drafters):
     target, tokenizer, _ = tiny_target
     drafter, _ = tiny_drafters["post"]
     curve = measure_curve(target=target, drafter=drafter, tokenizer=tokenizer,
-                          evaluation={**EVAL, "temperatures": [1.0]}, seed=0)
+                          evaluation=EVAL.model_copy(update={"temperatures": [1.0]}), seed=0)
     assert curve.temperature == 1.0
     assert all(0.0 < s <= 1.0 for s in curve.survival)
     assert all(a >= b for a, b in zip(curve.survival, curve.survival[1:]))
@@ -151,8 +154,8 @@ def test_cost_profile_on_cpu(tiny_target, tiny_drafters):
 
     target, _, _ = tiny_target
     drafter, _ = tiny_drafters["pre"]
-    cost = profile_cost(target=target, drafter=drafter, context_len=32, max_depth=4, warmup=1, repeats=3, seed=0,
-                        batch_sizes=(1, 4))
+    cost = profile_cost(target=target, drafter=drafter, family=family_of("eagle3"), context_len=32, max_depth=4,
+                        warmup=1, repeats=3, seed=0, batch_sizes=(1, 4))
     assert cost.hardware.startswith("cpu") and cost.hardware.endswith("float32")
     assert cost.draft_ms > 0 and cost.decode_ms > 0 and cost.verify_ms > 0
     assert cost.cost_ratio == cost.draft_ms / cost.decode_ms
@@ -160,44 +163,53 @@ def test_cost_profile_on_cpu(tiny_target, tiny_drafters):
     assert cost.decode_ms == cost.verify_ms_by_batch[0][0] and cost.verify_ms == cost.verify_ms_by_batch[0][-1]
 
 
+def _select(curve, cost, *, cost_ratio=None, max_batch_size=256):
+    from pipeline.core.contracts import Measured, Profiled, SelectDepthConfig
+    from workers.jobs.run import run_job
+
+    config = SelectDepthConfig(seed=0, target="t", drafter="d", cost_ratio=cost_ratio, max_batch_size=max_batch_size)
+    inputs = {"curve": Measured(curves=(curve,), per_prompt=((),), walks=((),)), "cost": Profiled(cost=cost)}
+    return run_job("select_depth", config, inputs, num_cpus=1, num_gpus=0)
+
+
 def test_select_depth_builds_a_valid_schedule():
-    from pipeline.emitters import check_schedule
-    from pipeline.types import CostProfile, Curve
-    from workers.jobs import run_job
+    from pipeline.core.schedule import check_schedule
+    from pipeline.core.types import CostProfile, Curve
 
     curve = Curve("default", 0.0, 10, (0.9,) * 4, (0.9, 0.81, 0.729, 0.6561), (1.0, 1.9, 2.71, 3.439, 4.0951))
     cost = CostProfile("cpu", 0.1, 1.0, 1.0, batch_sizes=(1, 8, 64), draft_ms_by_batch=(0.1, 0.2, 0.9),
                        verify_ms_by_batch=((1.0,) * 5, (1.0, 1.2, 1.4, 1.6, 1.8), (1.0, 2.0, 3.0, 4.0, 5.0)))
-    out = run_job("select_depth", {"cost_ratio": None, "seed": 0, "max_batch_size": 256},
-                  {"curve": {"curves": [curve.to_dict()]}, "cost": {"cost": cost.to_dict()}}, num_cpus=1, num_gpus=0)
-    schedule = [tuple(r) for r in out["schedule"]]
+    out = _select(curve, cost)
+    schedule = list(out.schedule)
     check_schedule(schedule)
     assert schedule[0][0] == 1 and schedule[-1][1] == 256 and schedule[-1][2] == 0
-    assert out["batch_depths"]["1"] == out["choice"]["depth"] == 4
+    assert out.batch_depths[1] == out.choice.depth == 4
 
 
 def test_select_depth_uses_the_timed_engine_iteration_unless_the_spec_gives_a_ratio():
-    from pipeline.types import CostProfile, Curve
-    from workers.jobs import run_job
+    import dataclasses
+
+    from pipeline.core.types import CostProfile, Curve
 
     curve = Curve("default", 0.0, 10, (0.9, 0.9), (0.9, 0.81), (1.0, 1.9, 2.71), decode_accept_len=(1.0, 1.6, 1.9))
     cost = CostProfile("cpu", 0.2, 1.0, 1.0, pass_ms=(4.0, 6.0, 8.0))  # overheads: 1.5x and 2x a decode step
-    inputs = {"curve": {"curves": [curve.to_dict()]}, "cost": {"cost": cost.to_dict()}}
-    timed = run_job("select_depth", {"cost_ratio": None, "seed": 0}, inputs, num_cpus=1, num_gpus=0)["choice"]
-    assert timed["speedups"] == pytest.approx([1.0, 1.6 / 1.5, 1.9 / 2.0]) and timed["depth"] == 1
-    assert timed["cost_ratio"] == pytest.approx(0.2) and timed["cost_model"] == "timed"
-    assert (timed["accept_len"], timed["decode_accept_len"]) == (1.9, 1.6)  # the curve's and a decoder's
-    given = run_job("select_depth", {"cost_ratio": 0.1, "seed": 0}, inputs, num_cpus=1, num_gpus=0)["choice"]
-    assert given["speedups"] == pytest.approx([1.0, 1.6 / 1.1, 1.9 / 1.2]) and given["depth"] == 2
-    assert given["cost_model"] == "leviathan"
-    short = {**inputs, "cost": {"cost": {**cost.to_dict(), "pass_ms": [4.0, 6.0]}}}
+    timed = _select(curve, cost)
+    assert timed.pass_cost == (1.0, 1.5, 2.0)  # the cost model the choice used is kept with it
+    timed = timed.choice
+    assert timed.speedups == pytest.approx([1.0, 1.6 / 1.5, 1.9 / 2.0]) and timed.depth == 1
+    assert timed.cost_ratio == pytest.approx(0.2) and timed.cost_model == "timed"
+    assert (timed.accept_len, timed.decode_accept_len) == (1.9, 1.6)  # the curve's and a decoder's
+    given = _select(curve, cost, cost_ratio=0.1)
+    assert given.pass_cost is None
+    assert given.choice.speedups == pytest.approx([1.0, 1.6 / 1.1, 1.9 / 1.2]) and given.choice.depth == 2
+    assert given.choice.cost_model == "leviathan"
     with pytest.raises(ValueError, match="timed depths 0..1 but the curve has 0..2"):
-        run_job("select_depth", {"cost_ratio": None, "seed": 0}, short, num_cpus=1, num_gpus=0)
+        _select(curve, dataclasses.replace(cost, pass_ms=(4.0, 6.0)))
 
 
 def test_the_batch_schedule_never_deepens_as_the_batch_grows():
-    from pipeline.acceptance import depth_per_batch
-    from pipeline.types import CostProfile, Curve
+    from pipeline.core.choice import depth_per_batch
+    from pipeline.core.types import CostProfile, Curve
 
     curve = Curve("default", 0.0, 10, (0.9, 0.9), (0.9, 0.81), (1.0, 1.9, 2.71), decode_accept_len=(1.0, 1.5, 1.8))
     # at B = 8 the verify pass is nearly free: alone it would pick k = 2, above B = 1's timed k = 0
@@ -211,7 +223,7 @@ def test_the_batch_schedule_never_deepens_as_the_batch_grows():
 def test_workers_on_one_node_can_materialise_one_checkpoint_at_once(tmp_path):
     import threading
 
-    from workers.checkpoint import materialise
+    from pipeline.core.files import cached_dir
 
     files = {f"part{i}.bin": bytes([i]) * 2_000_000 for i in range(3)} | {"config.json": b"{}"}
     for attempt in range(8):  # the old race (one shared .part name) hit about half the attempts
@@ -219,7 +231,7 @@ def test_workers_on_one_node_can_materialise_one_checkpoint_at_once(tmp_path):
 
         def work():
             try:
-                folders.append(materialise(files, root))
+                folders.append(cached_dir(files, root))
             except Exception as exc:  # noqa: BLE001 (the test reports whatever a writer hit)
                 errors.append(exc)
 
@@ -229,5 +241,6 @@ def test_workers_on_one_node_can_materialise_one_checkpoint_at_once(tmp_path):
         for t in threads:
             t.join()
         assert errors == [] and len(set(folders)) == 1
-        assert {p.name for p in folders[0].iterdir()} == set(files) | {".complete"}  # no stray .part files
+        assert {p.name for p in folders[0].iterdir()} == set(files)
+        assert [p.name for p in root.iterdir()] == [folders[0].name]  # no stray .part folders
         assert all((folders[0] / name).read_bytes() == blob for name, blob in files.items())

@@ -13,6 +13,8 @@ import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
 
+from workers.corpus import MAX_CHARS, cap, check_split, is_heldout, raw_documents
+
 SYSTEM, USER, ASSISTANT, END = "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"
 CHAT_TOKENS = [SYSTEM, USER, ASSISTANT, END]
 SYSTEM_PROMPTS = (
@@ -76,8 +78,6 @@ def samples(split: str) -> tuple[Sample, ...]:
     """Every chat sample of one split, in a fixed order (split by source document)."""
     from pydoc_data.topics import topics
 
-    from workers.corpus import is_heldout, raw_documents
-
     want = split == "heldout"
     out: list[Sample] = []
     for name, source in raw_documents("stdlib"):
@@ -85,3 +85,10 @@ def samples(split: str) -> tuple[Sample, ...]:
             out.extend(function_samples(name, source))
     out.extend(s for key, s in topic_samples(topics) if is_heldout(f"pydoc:{key}") == want)
     return tuple(out)
+
+
+def chat_documents(split: str, max_chars: int = MAX_CHARS) -> list[str]:
+    """The chat corpus's texts of one split ('train' or 'heldout'): every sample rendered with its
+    template, thinned evenly (every k-th sample) to about max_chars in total."""
+    check_split(split)
+    return cap([render(s) for s in samples(split)], max_chars)

@@ -2,9 +2,12 @@
 
 `stdlib`: the Python standard library's own source files (code).
 `pydoc`:  `pydoc_data.topics` (English prose from the Python reference manual).
-`chat`:   question/answer samples built from both, in a chat template (workers/chat.py).
 The split is by document, decided by a hash of the document's name, so it is stable across
 machines and runs; held-out documents never reach training.
+
+This module knows only the raw corpora. The `chat` corpus (question/answer samples built from
+both, in a chat template) lives in workers/chat.py, which builds on this one; workers/texts.py
+gives every corpus, `chat` included, by name.
 """
 from __future__ import annotations
 
@@ -43,15 +46,15 @@ def raw_documents(corpus: str) -> tuple[tuple[str, str], ...]:
     raise ValueError(f"unknown corpus '{corpus}' (built-in corpora: stdlib, pydoc)")
 
 
-def documents(corpus: str, split: str, max_chars: int = MAX_CHARS) -> list[str]:
-    """Texts of one split ('train' or 'heldout'), in a fixed order, capped at max_chars in total."""
+def check_split(split: str) -> None:
     if split not in ("train", "heldout"):
         raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
-    if corpus == "chat":
-        from workers.chat import render, samples
 
-        texts = [render(s) for s in samples(split)]
-        return _cap(texts, max_chars)
+
+def documents(corpus: str, split: str, max_chars: int = MAX_CHARS) -> list[str]:
+    """Texts of one split ('train' or 'heldout') of a raw corpus (stdlib, pydoc), in a fixed order,
+    stopping once max_chars are reached. The chat corpus: workers.texts.documents."""
+    check_split(split)
     want_heldout = split == "heldout"
     out, total = [], 0
     for name, text in raw_documents(corpus):
@@ -64,7 +67,7 @@ def documents(corpus: str, split: str, max_chars: int = MAX_CHARS) -> list[str]:
     return out
 
 
-def _cap(texts: list[str], max_chars: int) -> list[str]:
+def cap(texts: list[str], max_chars: int) -> list[str]:
     """Spread the budget over the whole list (every k-th text) so no part of it is left out."""
     total = sum(len(t) for t in texts)
     if total <= max_chars:

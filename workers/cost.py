@@ -10,9 +10,9 @@ import time
 
 import torch
 
-from pipeline.types import CostProfile
+from pipeline.core.types import CostProfile
 from workers.device import hardware_id
-from workers.features import cached_forward_states, target_pass
+from workers.features import cached_forward_states
 
 
 def _interleaved_medians(fns: dict, *, warmup: int, repeats: int, device: torch.device) -> dict[str, float]:
@@ -38,38 +38,21 @@ def _interleaved_medians(fns: dict, *, warmup: int, repeats: int, device: torch.
 
 
 @torch.no_grad()
-def _draft_step(drafter, target, ctx: torch.Tensor, context_len: int):
-    """A closure running one drafter step against a cached context of context_len tokens."""
-    if not hasattr(drafter, "cfg"):  # a standalone causal LM: one decode step, cache cropped back
-        _, cache, _ = cached_forward_states(drafter, ctx[:, :-1])
-        last = ctx[:, -1:]
-
-        def run():
-            cached_forward_states(drafter, last, cache)
-            cache.crop(-1)
-
-        return run
-    streams, _ = target_pass(target, ctx, drafter.cfg.capture_layers)
-    g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
-    d_cache, logits, chain = drafter.prefill(ctx[:, 1:], g0)  # cached positions 0..L-2
-    token = drafter.full_logits(logits).argmax(-1)
-    return lambda: drafter.step(token, chain, d_cache, context_len - 1)
-
-
-@torch.no_grad()
-def profile_cost(*, target, drafter, context_len: int, max_depth: int, warmup: int, repeats: int, seed: int,
-                 batch_sizes: tuple[int, ...] = (1,), standalone: bool = False) -> CostProfile:
+def profile_cost(*, target, drafter, family, context_len: int, max_depth: int, warmup: int, repeats: int,
+                 seed: int, batch_sizes: tuple[int, ...] = (1,)) -> CostProfile:
     """Per batch size B: one drafter step, and target passes over k+1 new tokens for k = 0..max_depth
-    (k = 0 is plain decoding), each for B sequences against a cached context of context_len."""
+    (k = 0 is plain decoding), each for B sequences against a cached context of context_len.
+    `family` (workers/family.py) knows how to time a step of `drafter` and how it proposes."""
     device = next(target.parameters()).device
     dtype = next(target.parameters()).dtype
     draft_by_b, verify_by_b = [], []
     for b in batch_sizes:
-        ms = _profile_batch(target, drafter, b, context_len, max_depth, warmup, repeats, seed, device)
+        ms = _profile_batch(target, drafter, family, b, context_len, max_depth, warmup, repeats, seed, device)
         draft_by_b.append(ms.pop("draft_ms"))
         verify_by_b.append(tuple(ms[f"verify_{k}"] for k in range(max_depth + 1)))
     one = list(batch_sizes).index(1)
-    passes = engine_pass_ms(target, drafter, context_len, max_depth, warmup, repeats, seed, device, standalone)
+    passes = engine_pass_ms(target, family.proposer(drafter), context_len, max_depth, warmup, repeats, seed,
+                            device)
     return CostProfile(
         hardware=hardware_id(device, dtype), draft_ms=draft_by_b[one], decode_ms=verify_by_b[one][0],
         verify_ms=verify_by_b[one][-1], batch_sizes=tuple(batch_sizes), draft_ms_by_batch=tuple(draft_by_b),
@@ -80,8 +63,8 @@ def profile_cost(*, target, drafter, context_len: int, max_depth: int, warmup: i
 PASSES_PER_CALL = 4
 
 
-def engine_pass_ms(target, drafter, context_len: int, max_depth: int, warmup: int, repeats: int, seed: int,
-                   device, standalone: bool) -> list[float]:
+def engine_pass_ms(target, proposer, context_len: int, max_depth: int, warmup: int, repeats: int, seed: int,
+                   device) -> list[float]:
     """Milliseconds of one iteration of the real engine at batch size 1, for k = 0..max_depth.
 
     Each call decodes a few tokens greedily after a random context of context_len tokens; its
@@ -89,9 +72,8 @@ def engine_pass_ms(target, drafter, context_len: int, max_depth: int, warmup: in
     median over repeats, depths interleaved, is the figure. An iteration costs about the same
     whatever is accepted, so random text times it as well as real text does, overheads included.
     """
-    from workers.engine import generate, proposer_for
+    from workers.engine import generate
 
-    proposer = proposer_for(drafter, standalone=standalone)
     vocab = target.get_output_embeddings().weight.shape[0]
     ctx = torch.randint(3, vocab, (1, context_len), generator=torch.Generator().manual_seed(seed)).to(device)
     samples: list[list[float]] = [[] for _ in range(max_depth + 1)]
@@ -104,7 +86,7 @@ def engine_pass_ms(target, drafter, context_len: int, max_depth: int, warmup: in
     return [statistics.median(s) for s in samples]
 
 
-def _profile_batch(target, drafter, batch: int, context_len, max_depth, warmup, repeats, seed, device):
+def _profile_batch(target, drafter, family, batch: int, context_len, max_depth, warmup, repeats, seed, device):
     vocab = target.get_output_embeddings().weight.shape[0]
     gen = torch.Generator().manual_seed(seed)
     ctx = torch.randint(3, vocab, (batch, context_len), generator=gen).to(device)  # [B, L]
@@ -118,6 +100,6 @@ def _profile_batch(target, drafter, batch: int, context_len, max_depth, warmup, 
 
         return run
 
-    calls = {"draft_ms": _draft_step(drafter, target, ctx, context_len)}
+    calls = {"draft_ms": family.step_timer(drafter, target, ctx, context_len)}
     calls.update({f"verify_{k}": target_call(k + 1) for k in range(max_depth + 1)})
     return _interleaved_medians(calls, warmup=warmup, repeats=repeats, device=device)

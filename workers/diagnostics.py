@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.types import DRIFT_NAMES
+from pipeline.core.types import DRIFT_NAMES
 
 
 def _rms(x: torch.Tensor) -> torch.Tensor:

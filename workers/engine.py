@@ -92,11 +92,6 @@ def _clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def proposer_for(drafter, *, standalone: bool):
-    """The proposer that drafts with `drafter`: a standalone causal LM or an EAGLE-3 drafter."""
-    return ModelProposer(drafter) if standalone else EagleProposer(drafter)
-
-
 class EagleProposer:
     """An EAGLE-3-style drafter: its position i reads token x_{i+1} and the target's features at i."""
 

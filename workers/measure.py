@@ -13,10 +13,9 @@ import dataclasses
 
 import torch
 
-from pipeline.acceptance import curve_from_accepted, curve_from_sampled, decode_walk, walk_accept_len
-from pipeline.types import Curve
-from workers.diagnostics import DriftStats
-from workers.features import cached_forward_states, last_logits, target_pass
+from pipeline.core.acceptance import curve_from_accepted, curve_from_sampled, decode_walk, walk_accept_len
+from pipeline.core.types import Curve
+from workers.features import cached_forward_states, last_logits
 from workers.noise import Noise, parse_noise
 from workers.prompts import build_prompts
 from workers.sampling import sample
@@ -32,54 +31,6 @@ def continue_text(target, ids: torch.Tensor, n_new: int, temperature: float, gen
         seq = torch.cat([seq, nxt[:, None]], dim=1)
         logits, cache, _ = cached_forward_states(target, nxt[:, None], cache)
     return seq
-
-
-@torch.no_grad()
-def draft_all_chains(drafter, seqs: torch.Tensor, streams, depth: int, temperature: float, gen, starts: list[int],
-                     noise=None):
-    """Draft `depth` tokens for the chains starting at `starts`, in `depth` drafter passes.
-
-    seqs: [1, L]; streams: the target's captured states for seqs. Every position drafts (one
-    pass serves every chain); only the chains at `starts` are returned: drafts [N, depth],
-    their target-vocabulary logits [N, depth, V], the StepOuts (attention kept at the chain
-    rows only) and the fused input.
-    """
-    g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
-    c = torch.tensor(starts, device=seqs.device)
-    outs = drafter.forward_steps(seqs[:, 1:], g0, depth, noise=noise, rows=c,
-                                 pick=lambda lg: sample(drafter.full_logits(lg.float()), temperature, gen))
-    # step s of the chain that started at c sits at position c + s
-    drafts = torch.stack([o.picked[0, c + s] for s, o in enumerate(outs)], dim=1)
-    logits = torch.stack([drafter.full_logits(o.logits[0, c + s].float()) for s, o in enumerate(outs)], dim=1)
-    return drafts, logits, outs, g0
-
-
-@torch.no_grad()
-def draft_chains_with_model(model, seq: torch.Tensor, starts: list[int], depth: int, temperature: float, gen):
-    """A standalone draft model drafts each chain from its own KV cache. seq: [1, L].
-
-    starts must increase; the shared cache grows by the real tokens between them. Returns
-    drafts [N, depth] and target-vocabulary logits [N, depth, V].
-    """
-    if any(b <= a for a, b in zip(starts, starts[1:])):
-        raise ValueError("chain starts must increase")
-    V = model.get_output_embeddings().weight.shape[0]
-    drafts = torch.zeros(len(starts), depth, dtype=torch.long, device=seq.device)
-    logits = torch.zeros(len(starts), depth, V, device=seq.device)
-    out, cache, _ = cached_forward_states(model, seq[:, : starts[0] + 2])
-    for n, c in enumerate(starts):  # each chain extends the shared prefix cache, then drafts
-        if n > 0:
-            out, cache, _ = cached_forward_states(model, seq[:, starts[n - 1] + 2 : c + 2], cache)
-        lg, chain_cache = out[:, -1].float(), cache
-        for j in range(depth):
-            tok = sample(lg, temperature, gen)
-            drafts[n, j], logits[n, j] = tok[0], lg[0]
-            if j < depth - 1:
-                step, chain_cache, _ = cached_forward_states(model, tok[:, None], chain_cache)
-                lg = step[:, -1].float()
-        if depth > 1:  # the chain's drafts went into the shared cache: drop them before the next real token
-            cache.crop(-(depth - 1))
-    return drafts, logits
 
 
 @torch.no_grad()
@@ -112,26 +63,27 @@ def verify_chains(target, seq: torch.Tensor, starts: list[int], drafts: torch.Te
     return torch.cat(out)
 
 
-def measure_curves(*, target, drafter, tokenizer, evaluation: dict, seed: int, standalone: bool = False):
+def measure_curves(*, target, drafter, family, tokenizer, evaluation, seed: int):
     """One (Curve, diagnostics rows, per-prompt survival sums, per-prompt decode walks) per (condition,
-    temperature)."""
+    temperature). `family` (workers/family.py) drafts the chains of `drafter`; `evaluation` is the
+    spec's evaluation section."""
     results = []
-    for condition in evaluation["conditions"]:
-        prompts = build_prompts(tokenizer, corpus=evaluation["corpus"], condition=condition,
-                                num_prompts=evaluation["num_prompts"], prompt_len=evaluation["prompt_len"],
-                                long_context_len=evaluation["long_context_len"], seed=seed)
-        for temp in evaluation["temperatures"]:
+    for condition in evaluation.conditions:
+        prompts = build_prompts(tokenizer, corpus=evaluation.corpus, condition=condition,
+                                num_prompts=evaluation.num_prompts, prompt_len=evaluation.prompt_len,
+                                long_context_len=evaluation.long_context_len, seed=seed)
+        for temp in evaluation.temperatures:
             gen = torch.Generator().manual_seed(seed)
-            results.append(_measure(target, drafter, prompts, evaluation, condition, temp, gen, standalone))
+            chains = family.chains(drafter, target, evaluation.max_depth)
+            results.append(_measure(target, chains, prompts, evaluation, condition, temp, gen))
     return results
 
 
-def _measure(target, drafter, prompts, evaluation, condition, temp, gen, standalone):
-    depth, n_cont = evaluation["max_depth"], evaluation["continuation_len"]
+def _measure(target, chains, prompts, evaluation, condition, temp, gen):
+    depth, n_cont = evaluation.max_depth, evaluation.continuation_len
     device = next(target.parameters()).device
     noise_spec = parse_noise(condition)
     noise = Noise(*noise_spec, gen) if noise_spec else None
-    stats = None if standalone else DriftStats(depth)
     accepted, ratios, alphas = [], [], []
     per_prompt = []  # [chains, sum of survival[1..K]] per prompt: what a bootstrap over prompts resamples
     walks = []  # per prompt, [tokens, passes] of decoding at k = 0..K over its chain starts (decode_walk)
@@ -140,12 +92,7 @@ def _measure(target, drafter, prompts, evaluation, condition, temp, gen, standal
         p_len = prompt.numel()
         seq = continue_text(target, prompt[None].to(device), n_cont + depth, temp, gen)  # [1, P + G + K]
         starts = list(range(p_len - 1, p_len - 1 + n_cont))  # chain c starts after target token c+1
-        if standalone:
-            chain_drafts, q_logits = draft_chains_with_model(drafter, seq, starts, depth, temp, gen)
-        else:
-            streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)
-            chain_drafts, q_logits, outs, g0 = draft_all_chains(drafter, seq, streams, depth, temp, gen, starts, noise)
-            stats.add(outs, streams, g0, starts)
+        chain_drafts, q_logits = chains.draft(seq, starts, temp, gen, noise)  # [N, K], [N, K, V]
         p_logits = verify_chains(target, seq, starts, chain_drafts)  # [N, K, V]
         if temp == 0:
             ok = (p_logits.argmax(-1) == chain_drafts).int()
@@ -173,7 +120,7 @@ def _measure(target, drafter, prompts, evaluation, condition, temp, gen, standal
     else:
         curve = curve_from_sampled(ratios, alphas, condition=condition, temperature=temp)
     curve = dataclasses.replace(curve, decode_accept_len=tuple(walk_accept_len(walks)))
-    return curve, (stats.rows() if stats is not None else []), per_prompt, walks
+    return curve, chains.diagnostics(), per_prompt, walks
 
 
 WALK_DRAWS = 8

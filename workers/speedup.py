@@ -13,12 +13,11 @@ import statistics
 
 import torch
 
-from workers.engine import generate, proposer_for
+from workers.engine import generate
 from workers.prompts import build_prompts
 
 
-def engine_speedups(*, target, drafter, tokenizer, evaluation: dict, validation: dict, seed: int,
-                    standalone: bool) -> dict:
+def engine_speedups(*, target, proposer, tokenizer, evaluation, validation, seed: int) -> dict:
     """Measured tokens/s, speedup over k = 0 and the engine's accept_len at every k.
 
     Uses the primary condition and temperature (the ones the depth was chosen for). At
@@ -26,24 +25,23 @@ def engine_speedups(*, target, drafter, tokenizer, evaluation: dict, validation:
     prompts where it did not is returned as `greedy_mismatches` (0 unless the engine is wrong
     or the numerics break a near-tie).
     """
-    condition, temperature = evaluation["conditions"][0], evaluation["temperatures"][0]
-    max_depth = evaluation["max_depth"]
-    curve_prompts = evaluation["num_prompts"]  # the same draw continued: prompts the curve never saw
-    prompts = build_prompts(tokenizer, corpus=evaluation["corpus"], condition=condition,
-                            num_prompts=curve_prompts + validation["num_prompts"], prompt_len=evaluation["prompt_len"],
-                            long_context_len=evaluation["long_context_len"], seed=seed)[curve_prompts:]
-    proposer = proposer_for(drafter, standalone=standalone)
+    condition, temperature = evaluation.conditions[0], evaluation.temperatures[0]
+    max_depth = evaluation.max_depth
+    curve_prompts = evaluation.num_prompts  # the same draw continued: prompts the curve never saw
+    prompts = build_prompts(tokenizer, corpus=evaluation.corpus, condition=condition,
+                            num_prompts=curve_prompts + validation.num_prompts, prompt_len=evaluation.prompt_len,
+                            long_context_len=evaluation.long_context_len, seed=seed)[curve_prompts:]
     device = next(target.parameters()).device
     depths = list(range(max_depth + 1))
     seconds, tokens, passes = [0.0] * len(depths), [0] * len(depths), [0] * len(depths)
     pass_s: list[list[float]] = [[] for _ in depths]  # seconds per target pass, one entry per decode
-    new_tokens = validation["new_tokens"] or evaluation["continuation_len"]
+    new_tokens = validation.new_tokens or evaluation.continuation_len
     gen = torch.Generator().manual_seed(seed)
-    for prompt in prompts[: validation["warmup_prompts"]]:  # warm-up: allocator, kernels, caches
+    for prompt in prompts[: validation.warmup_prompts]:  # warm-up: allocator, kernels, caches
         for k in depths:
             generate(target, proposer, prompt[None].to(device), max_new=8, depth=k, temperature=temperature, gen=gen)
     mismatches = 0
-    for _ in range(validation["repeats"]):
+    for _ in range(validation.repeats):
         for i, prompt in enumerate(prompts):
             outs = {}
             for k in depths[i % len(depths):] + depths[: i % len(depths)]:

@@ -1,19 +1,18 @@
-"""Targets: tiny Llama-architecture models trained in-process, or any Hugging Face causal LM.
+"""Built-in targets: tiny Llama-architecture models trained in-process on a built-in corpus.
 
-Both end up as a Hugging Face folder loaded with `from_pretrained`, so the built-in path and
-the real-model path share one loader.
+A trained target is packed as a Hugging Face folder, so it loads like any real model
+(workers/models.py).
 """
 from __future__ import annotations
 
-import math
-import tempfile
 import time
-from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM
 
-from workers.checkpoint import Files, materialise, pack_dir
+from pipeline.core.files import Files
+from workers.lr_schedule import warmup_cosine_lr
+from workers.models import pack_model
 from workers.tokenizer import sample_windows, token_stream, train_tokenizer
 
 
@@ -34,34 +33,36 @@ def build_tiny_llama(*, vocab_size, hidden_size, layers, heads, intermediate_siz
     return LlamaForCausalLM(config)
 
 
-def train_builtin_target(*, builtin: dict, seed: int, progress=None) -> tuple[Files, dict]:
-    """Train tokenizer and model on the built-in corpus; return the packed folder and metrics."""
+def train_builtin_target(*, builtin, seed: int, progress=None) -> tuple[Files, dict]:
+    """Train tokenizer and model on the built-in corpus; return the packed folder and metrics.
+
+    builtin: the target's `builtin` spec entry (architecture, corpus, `train` section)."""
     torch.manual_seed(seed)
-    tokenizer = train_tokenizer(builtin["corpus"], builtin["vocab_size"])
+    tokenizer = train_tokenizer(builtin.corpus, builtin.vocab_size)
     model = build_tiny_llama(
-        vocab_size=len(tokenizer), hidden_size=builtin["hidden_size"], layers=builtin["layers"],
-        heads=builtin["heads"], intermediate_size=builtin["intermediate_size"], max_positions=4096,
+        vocab_size=len(tokenizer), hidden_size=builtin.hidden_size, layers=builtin.layers,
+        heads=builtin.heads, intermediate_size=builtin.intermediate_size, max_positions=4096,
         tokenizer=tokenizer,
     )
-    metrics = train_lm(model, tokenizer, corpus=builtin["corpus"], train=builtin["train"], seed=seed,
+    metrics = train_lm(model, tokenizer, corpus=builtin.corpus, train=builtin.train, seed=seed,
                        progress=progress)
     return pack_model(model, tokenizer), metrics
 
 
-def train_lm(model, tokenizer, *, corpus: str, train: dict, seed: int, progress=None) -> dict:
+def train_lm(model, tokenizer, *, corpus: str, train, seed: int, progress=None) -> dict:
     """Next-token training on a built-in corpus (chat samples start every window at their BOS)."""
-    chars = max(500_000, train["steps"] * train["batch_size"] * train["seq_len"] * 4)
+    chars = max(500_000, train.steps * train.batch_size * train.seq_len * 4)
     stream = token_stream(tokenizer, corpus, "train", max_chars=chars)
     val = token_stream(tokenizer, corpus, "heldout", max_chars=300_000)
     aligned = corpus == "chat"
-    opt = torch.optim.AdamW(model.parameters(), lr=train["lr"], weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(seed)
-    steps, t0, loss = train["steps"], time.perf_counter(), float("nan")
+    steps, t0, loss = train.steps, time.perf_counter(), float("nan")
     model.train()
     for step in range(steps):
         for group in opt.param_groups:
-            group["lr"] = _cosine_lr(train["lr"], step, steps)
-        batch = sample_windows(stream, train["batch_size"], train["seq_len"], tokenizer.bos_token_id, gen, aligned)
+            group["lr"] = warmup_cosine_lr(train.lr, step, steps, warmup=20, decay_during_warmup=False)
+        batch = sample_windows(stream, train.batch_size, train.seq_len, tokenizer.bos_token_id, gen, aligned)
         loss_t = model(input_ids=batch, labels=batch).loss
         opt.zero_grad(set_to_none=True)
         loss_t.backward()
@@ -74,24 +75,11 @@ def train_lm(model, tokenizer, *, corpus: str, train: dict, seed: int, progress=
     model.eval()
     return {
         "train_loss": loss,
-        "val_loss": _eval_loss(model, val, train["seq_len"], tokenizer.bos_token_id, seed, aligned),
+        "val_loss": _eval_loss(model, val, train.seq_len, tokenizer.bos_token_id, seed, aligned),
         "train_seconds": seconds,
-        "tokens_per_s": steps * train["batch_size"] * train["seq_len"] / seconds,
+        "tokens_per_s": steps * train.batch_size * train.seq_len / seconds,
         "num_params": sum(p.numel() for p in model.parameters()),
     }
-
-
-def pack_model(model, tokenizer) -> Files:
-    with tempfile.TemporaryDirectory() as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        return pack_dir(tmp)
-
-
-def _cosine_lr(base: float, step: int, steps: int, warmup: int = 20) -> float:
-    if step < warmup:
-        return base * (step + 1) / warmup
-    return base * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
 
 
 @torch.no_grad()
@@ -101,25 +89,3 @@ def _eval_loss(model, stream: torch.Tensor, seq_len: int, bos_id: int, seed: int
     losses = [model(input_ids=b, labels=b).loss.item() for b in
               (sample_windows(stream, 16, seq_len, bos_id, gen, aligned) for _ in range(batches))]
     return sum(losses) / len(losses)
-
-
-def load_target(source: dict, *, device: torch.device, dtype: torch.dtype, role: str = "target"):
-    """(model, tokenizer) from {'files': packed folder} or {'hf': id or local path}; eval mode.
-
-    role names the spec entry in error messages ('target' or 'drafter')."""
-    if "files" in source:
-        where = str(materialise(source["files"]))
-    else:
-        where = source["hf"]
-        if where.startswith(("/", "./", "../", "~")) and not (Path(where).expanduser() / "config.json").is_file():
-            raise FileNotFoundError(f"{role}: no model at {where} (config.json not found)")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(where)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype)
-    except (OSError, ValueError) as exc:
-        raise RuntimeError(f"{role}: cannot load model from {where}: {str(exc).splitlines()[0]}") from exc
-    model.to(device).eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model, tokenizer
-

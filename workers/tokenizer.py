@@ -10,7 +10,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from workers.chat import CHAT_TOKENS
-from workers.corpus import documents
+from workers.texts import documents
 
 SPECIALS = ["<pad>", "<s>", "</s>", *CHAT_TOKENS]
 

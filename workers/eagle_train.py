@@ -6,17 +6,15 @@ i >= s carry a loss at step s.
 """
 from __future__ import annotations
 
-import json
-import math
 import time
 
-import safetensors
-import safetensors.torch
 import torch
 import torch.nn.functional as F
 
 from workers.drafter import DrafterConfig, Eagle3Drafter, capture_layers, drafter_from_target
+from workers.eagle_checkpoint import save_eagle3
 from workers.features import target_pass
+from workers.lr_schedule import warmup_cosine_lr
 from workers.tokenizer import sample_windows, token_stream
 
 TTT_DECAY = 0.8
@@ -92,31 +90,31 @@ def most_frequent(stream: torch.Tensor, vocab: int, n: int) -> torch.Tensor:
     return torch.sort(torch.topk(counts, n).indices).values
 
 
-def train_drafter(*, target, tokenizer, variant: dict, train: dict, seed: int, device, progress=None):
-    """variant: norm, fc_norm, fusion, attention, draft_vocab, capture_layers. Returns (files, metrics)."""
+def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None):
+    """spec: the drafter's spec entry (its variant switches and `train` section). Returns (files, metrics)."""
     torch.manual_seed(seed)
-    cfg = drafter_config_for(target, norm=variant["norm"], fc_norm=variant["fc_norm"], fusion=variant["fusion"],
-                             attention=variant.get("attention", "standard"), draft_vocab=variant.get("draft_vocab"),
-                             capture=variant.get("capture_layers"))
-    chars = max(300_000, train["steps"] * train["batch_size"] * train["seq_len"] * 4)
-    stream = _stream(tokenizer, train["corpus"], "train", chars)
+    cfg = drafter_config_for(target, norm=spec.norm, fc_norm=spec.fc_norm, fusion=spec.fusion,
+                             attention=spec.attention, draft_vocab=spec.draft_vocab, capture=spec.capture_layers)
+    train = spec.train
+    chars = max(300_000, train.steps * train.batch_size * train.seq_len * 4)
+    stream = _stream(tokenizer, train.corpus, "train", chars)
     draft_ids = most_frequent(stream, cfg.vocab_size, cfg.draft_vocab) if cfg.draft_vocab else None
     drafter = drafter_from_target(target, cfg, draft_ids).to(device)
-    val = _stream(tokenizer, train["corpus"], "heldout", 200_000)
-    aligned = train["corpus"] == "chat"  # chat windows start at a sample's BOS, as the target saw them
+    val = _stream(tokenizer, train.corpus, "heldout", 200_000)
+    aligned = train.corpus == "chat"  # chat windows start at a sample's BOS, as the target saw them
     params = [p for p in drafter.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=train["lr"], weight_decay=0.0)
+    opt = torch.optim.AdamW(params, lr=train.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
     bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else 0
-    steps, t0, loss_v = train["steps"], time.perf_counter(), float("nan")
+    steps, t0, loss_v = train.steps, time.perf_counter(), float("nan")
     drafter.train()
     for step in range(steps):
-        lr = train["lr"] * (min(1.0, (step + 1) / 10) * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        lr = warmup_cosine_lr(train.lr, step, steps, warmup=10, decay_during_warmup=True)
         for group in opt.param_groups:
             group["lr"] = lr
-        ids = sample_windows(stream, train["batch_size"], train["seq_len"], bos, gen, aligned).to(device)
+        ids = sample_windows(stream, train.batch_size, train.seq_len, bos, gen, aligned).to(device)
         streams, logits = target_pass(target, ids, cfg.capture_layers)
-        loss, _ = ttt_loss(drafter, streams, logits, ids, train["ttt_depth"])
+        loss, _ = ttt_loss(drafter, streams, logits, ids, train.ttt_depth)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -127,35 +125,9 @@ def train_drafter(*, target, tokenizer, variant: dict, train: dict, seed: int, d
     seconds = time.perf_counter() - t0
     drafter.eval()
     with torch.no_grad():
-        ids = sample_windows(val, 16, train["seq_len"], bos, gen, aligned).to(device)
+        ids = sample_windows(val, 16, train.seq_len, bos, gen, aligned).to(device)
         streams, logits = target_pass(target, ids, cfg.capture_layers)
-        val_loss, agree = ttt_loss(drafter, streams, logits, ids, train["ttt_depth"])
+        val_loss, agree = ttt_loss(drafter, streams, logits, ids, train.ttt_depth)
     metrics = {"train_loss": loss_v, "val_loss": val_loss.item(), "train_seconds": seconds}
     metrics.update({f"val_top1_step{s}": a for s, a in enumerate(agree)})
-    return save_drafter(drafter), metrics
-
-
-def save_drafter(drafter: Eagle3Drafter) -> dict[str, bytes]:
-    state = {k: v.detach().to("cpu").contiguous() for k, v in drafter.state_dict().items()}
-    return {
-        "config.json": json.dumps(drafter.cfg.to_dict(), indent=1).encode(),
-        "model.safetensors": safetensors.torch.save(state),
-    }
-
-
-def load_drafter(files: dict[str, bytes], *, device, dtype) -> Eagle3Drafter:
-    """Rebuild a drafter from its checkpoint; a corrupt or mismatched file is a clear error."""
-    try:
-        cfg = DrafterConfig.from_dict(json.loads(files["config.json"]))
-    except (KeyError, ValueError, TypeError) as exc:
-        raise RuntimeError(f"drafter checkpoint: bad config.json ({exc})") from exc
-    try:
-        state = safetensors.torch.load(files["model.safetensors"])
-    except (KeyError, safetensors.SafetensorError) as exc:
-        raise RuntimeError(f"drafter checkpoint: cannot read model.safetensors ({exc})") from exc
-    drafter = Eagle3Drafter(cfg)
-    try:
-        drafter.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
-        raise RuntimeError(f"drafter checkpoint: weights do not match config.json ({str(exc).splitlines()[0]})") from exc
-    return drafter.to(device=device, dtype=dtype).eval()
+    return save_eagle3(drafter), metrics

@@ -1,11 +1,19 @@
 """Small frozen result types that cross package boundaries (workers -> driver -> db/MLflow).
 
-They hold plain Python numbers only, so the driver, the database and MLflow never need torch.
-Metric names follow REFERENCE.md section 2 everywhere.
+They hold plain Python numbers only, so the driver, the database and MLflow never need torch;
+the job results of pipeline/core/contracts.py carry them and read them back from JSON.
+Metric names are the same everywhere (code, database columns, MLflow keys):
+- `depth` k: drafted tokens per verification pass (chain length);
+- `cond_accept[j]`: P(draft j accepted | drafts 1..j-1 accepted);
+- `survival[j]`: P(at least j drafts accepted) = prod_{i<=j} cond_accept[i];
+- `accept_len(k)`: tokens per target pass at depth k, the bonus token included:
+  1 + sum_{j<=k} survival[j] (EAGLE's, vLLM's and SGLang's convention);
+- `decode_accept_len(k)`: the same, counted over the chain starts a decoder visits;
+- `cost_ratio` c: one drafter step over one target decode step, on one device.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 # The per-depth attention-drift diagnostics, measured beside EAGLE curves (workers/diagnostics.py).
@@ -33,21 +41,6 @@ class Curve:
     @property
     def max_depth(self) -> int:
         return len(self.survival)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Curve":
-        return cls(
-            condition=d["condition"],
-            temperature=float(d["temperature"]),
-            num_chains=int(d["num_chains"]),
-            cond_accept=tuple(float(x) for x in d["cond_accept"]),
-            survival=tuple(float(x) for x in d["survival"]),
-            accept_len=tuple(float(x) for x in d["accept_len"]),
-            decode_accept_len=tuple(float(x) for x in d.get("decode_accept_len", ())),
-        )
 
 
 def relative_pass_cost(pass_ms) -> list[float]:
@@ -79,23 +72,6 @@ class CostProfile:
         return relative_pass_cost(self.pass_ms)
 
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "CostProfile":
-        return cls(
-            hardware=d["hardware"],
-            draft_ms=float(d["draft_ms"]),
-            decode_ms=float(d["decode_ms"]),
-            verify_ms=float(d["verify_ms"]),
-            batch_sizes=tuple(int(b) for b in d.get("batch_sizes", (1,))),
-            draft_ms_by_batch=tuple(float(x) for x in d.get("draft_ms_by_batch", ())),
-            verify_ms_by_batch=tuple(tuple(float(x) for x in row) for row in d.get("verify_ms_by_batch", ())),
-            pass_ms=tuple(float(x) for x in d.get("pass_ms", ())),
-        )
-
-
 @dataclass(frozen=True)
 class DepthChoice:
     """The depth that maximises the predicted speedup for one pairing."""
@@ -109,21 +85,3 @@ class DepthChoice:
     accept_len_ci: tuple[float, float] | None = None  # bootstrap interval of accept_len at `depth`
     decode_accept_len: float | None = None  # a decoder's tokens per target pass at `depth`, when measured
     cost_model: str = "leviathan"  # how a pass was costed: "leviathan" (k c + 1) or "timed" (pass_ms)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "DepthChoice":
-        ci = d.get("accept_len_ci")
-        return cls(
-            depth=int(d["depth"]),
-            accept_len=float(d["accept_len"]),
-            speedup=float(d["speedup"]),
-            cost_ratio=float(d["cost_ratio"]),
-            speedups=tuple(float(x) for x in d["speedups"]),
-            best_point=d.get("best_point"),
-            accept_len_ci=(float(ci[0]), float(ci[1])) if ci else None,
-            decode_accept_len=None if d.get("decode_accept_len") is None else float(d["decode_accept_len"]),
-            cost_model=d.get("cost_model", "leviathan"),
-        )

@@ -1,47 +1,19 @@
-"""Pure math of acceptance curves, speedup and depth choice (REFERENCE.md section 2).
+"""Pure maths of the depth choice: predicted speedup per depth, noise-aware choice, batch sizes.
 
-No torch, Ray, MLflow or SQL here: these functions are tested exactly against closed forms.
+Leviathan et al. (2023, Theorem 3.8): with a constant acceptance alpha and a drafter step
+costing c target decode steps, speculating k tokens speeds decoding up by
+(1 - alpha^(k+1)) / ((1 - alpha)(k c + 1)), assuming a pass over k+1 tokens costs one decode
+step. specfleet uses measured tokens per pass instead of the geometric sum and, by default,
+timed engine iterations instead of `k c + 1`. Per batch size B:
+speedup(B, k) = tokens(k) * t_decode(B) / (k * t_draft(B) + t_verify(B, k+1)).
 """
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
 
-from pipeline.types import Curve, DepthChoice
-
-
-def survival_from_cond(cond_accept: Sequence[float]) -> list[float]:
-    """survival[j] = prod_{i<=j} cond_accept[i]."""
-    out, prod = [], 1.0
-    for a in cond_accept:
-        prod *= a
-        out.append(prod)
-    return out
-
-
-def cond_from_survival(survival: Sequence[float]) -> list[float]:
-    """cond_accept[j] = survival[j] / survival[j-1] (0 once nothing survives)."""
-    out, prev = [], 1.0
-    for s in survival:
-        out.append(s / prev if prev > 0 else 0.0)
-        prev = s
-    return out
-
-
-def accept_len_from_survival(survival: Sequence[float]) -> list[float]:
-    """accept_len(k) = 1 + sum_{j<=k} survival[j], for k = 0..len(survival) (bonus token included)."""
-    out, total = [1.0], 1.0
-    for s in survival:
-        total += s
-        out.append(total)
-    return out
-
-
-def closed_form_accept_len(alpha: float, k: int) -> float:
-    """Constant-alpha closed form (1 - alpha^(k+1)) / (1 - alpha); the test oracle."""
-    if alpha == 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+from pipeline.core.acceptance import accept_len_from_survival, closed_form_accept_len, walk_accept_len
+from pipeline.core.types import Curve, DepthChoice
 
 
 def leviathan_speedup(alpha: float, k: int, cost_ratio: float) -> float:
@@ -56,54 +28,6 @@ def curve_speedup(accept_len: Sequence[float], cost_ratio: float) -> list[float]
     the measured accept_len in place of the constant-alpha geometric sum.
     """
     return [a / (k * cost_ratio + 1.0) for k, a in enumerate(accept_len)]
-
-
-def curve_from_accepted(accepted: Sequence[int], max_depth: int, *, condition: str, temperature: float) -> Curve:
-    """Pool greedy chains: `accepted[i]` is how many of chain i's drafts the target accepted.
-
-    Pooled over verification steps (REFERENCE.md: sum of emitted tokens / target passes).
-    """
-    n = len(accepted)
-    if n == 0:
-        raise ValueError("no chains were measured")
-    if any(a < 0 or a > max_depth for a in accepted):
-        raise ValueError(f"accepted counts must lie in 0..{max_depth}")
-    survival = [sum(1 for a in accepted if a >= j) / n for j in range(1, max_depth + 1)]
-    return _curve(survival, n, condition, temperature)
-
-
-def curve_from_sampled(ratios: Sequence[Sequence[float]], alphas: Sequence[Sequence[float]], *,
-                       condition: str, temperature: float) -> Curve:
-    """Pool sampled chains, drafts drawn from the drafter's q along each path.
-
-    ratios[i][l] = min(1, p(x_l) / q(x_l)) at the drafted token x_l: the chance draft l is accepted.
-    alphas[i][l] = sum_x min(p(x), q(x)): its expected value over the draw at that position.
-    P(drafts 1..j accepted | path) = prod_{l<=j} ratios[l]; replacing the last factor by its
-    expectation alphas[j] keeps the estimate unbiased and lowers its variance:
-    survival[j] = mean_i prod_{l<j} ratios[i][l] * alphas[i][j].
-    """
-    n = len(alphas)
-    if n == 0 or len(ratios) != n:
-        raise ValueError("need one row of ratios and alphas per chain")
-    depth = len(alphas[0])
-    sums = [0.0] * depth
-    for r_row, a_row in zip(ratios, alphas):
-        prefix = 1.0
-        for j in range(depth):
-            sums[j] += prefix * a_row[j]
-            prefix *= r_row[j]
-    return _curve([s / n for s in sums], n, condition, temperature)
-
-
-def _curve(survival: list[float], n: int, condition: str, temperature: float) -> Curve:
-    return Curve(
-        condition=condition,
-        temperature=float(temperature),
-        num_chains=n,
-        cond_accept=tuple(cond_from_survival(survival)),
-        survival=tuple(survival),
-        accept_len=tuple(accept_len_from_survival(survival)),
-    )
 
 
 def bootstrap_accept_len(per_prompt: Sequence[Sequence[float]], *, n_boot: int, seed: int) -> list[list[float]]:
@@ -121,27 +45,6 @@ def bootstrap_accept_len(per_prompt: Sequence[Sequence[float]], *, n_boot: int, 
         survival = [sum(r[j] for r in rows) / chains for j in range(1, len(rows[0]))]
         out.append(accept_len_from_survival(survival))
     return out
-
-
-def decode_walk(accepted: Sequence[int], depth: int) -> tuple[int, int]:
-    """(tokens emitted, target passes) of decoding at `depth` over a run of chain starts.
-
-    accepted[c]: drafts accepted by the chain starting at position c (of a deeper chain: capped
-    here at depth). A decoder does not start a chain at every position: after a pass that
-    accepted n drafts, the next chain starts n + 1 positions later. Hard stretches, where
-    passes emit one token each, therefore weigh more per pass than in a mean over positions.
-    """
-    tokens = passes = c = 0
-    while c < len(accepted):
-        n = min(accepted[c], depth)
-        tokens, passes, c = tokens + n + 1, passes + 1, c + n + 1
-    return tokens, passes
-
-
-def walk_accept_len(walks: Sequence[Sequence[Sequence[int]]]) -> list[float]:
-    """Pooled tokens per target pass at every k; walks: per prompt, [tokens, passes] for k = 0..K."""
-    depths = len(walks[0])
-    return [sum(w[k][0] for w in walks) / sum(w[k][1] for w in walks) for k in range(depths)]
 
 
 def bootstrap_walks(walks, *, n_boot: int, seed: int) -> list[list[float]]:

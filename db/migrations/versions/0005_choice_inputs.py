@@ -1,0 +1,53 @@
+"""What the depth choice maximised and how it costed a pass, stored where it belongs.
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-12-01
+
+- curves.decode_accept_len: a decoder's tokens per target pass at each depth, the quantity the
+  depth choice maximises. It used to be stored as a diagnostic named "decode_accept_len"; those
+  rows move into the new column and leave the diagnostics table.
+- tuned_configs.decode_accept_len, cost_model ("timed" or "leviathan") and pass_cost_json (the
+  engine iteration at every depth in decode steps, when timed): the choice's inputs, kept with
+  the decision so a production re-tune costs passes the way the offline choice did.
+Columns are nullable: rows written before this revision have none of them. Written out in full
+rather than importing db.tables (see 0001).
+"""
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0005"
+down_revision = "0004"
+branch_labels = None
+depends_on = None
+
+TAG_LEN = 64
+_MATCH = ("diagnostics.job_id = curves.job_id AND diagnostics.condition = curves.condition AND "
+          "diagnostics.temperature = curves.temperature AND diagnostics.depth = curves.depth AND "
+          "diagnostics.name = 'decode_accept_len'")
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("curves") as batch:
+        batch.add_column(sa.Column("decode_accept_len", sa.Float(), nullable=True))
+    op.execute(f"UPDATE curves SET decode_accept_len = (SELECT value FROM diagnostics WHERE {_MATCH})")
+    op.execute("DELETE FROM diagnostics WHERE name = 'decode_accept_len'")
+    with op.batch_alter_table("tuned_configs") as batch:
+        batch.add_column(sa.Column("decode_accept_len", sa.Float(), nullable=True))
+        batch.add_column(sa.Column("cost_model", sa.String(TAG_LEN), nullable=True))
+        batch.add_column(sa.Column("pass_cost_json", sa.Text(), nullable=True))
+
+
+def downgrade() -> None:
+    op.execute(
+        "INSERT INTO diagnostics (job_id, target, drafter, condition, temperature, depth, name, value) "
+        "SELECT job_id, target, drafter, condition, temperature, depth, 'decode_accept_len', decode_accept_len "
+        "FROM curves WHERE decode_accept_len IS NOT NULL")
+    with op.batch_alter_table("tuned_configs") as batch:
+        batch.drop_column("pass_cost_json")
+        batch.drop_column("cost_model")
+        batch.drop_column("decode_accept_len")
+    with op.batch_alter_table("curves") as batch:
+        batch.drop_column("decode_accept_len")

@@ -1,0 +1,46 @@
+"""Database rows from typed job results: the one place a result is turned into rows.
+
+Each function takes a result type of `pipeline/core` (read through its attributes only) and
+returns the values `Store.mark_done` stores, named as the columns of `db/tables.py`.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+def curve_rows(target: str, drafter: str, curves: Iterable) -> list[tuple]:
+    """(target, drafter, Curve) per measured curve; the store writes one row per depth."""
+    return [(target, drafter, curve) for curve in curves]
+
+
+def diagnostic_rows(target: str, drafter: str, diagnostics: Iterable) -> list[dict]:
+    return [{"target": target, "drafter": drafter, "condition": d.condition, "temperature": d.temperature,
+             "depth": d.depth, "name": d.name, "value": d.value} for d in diagnostics]
+
+
+def speedup_rows(target: str, drafter: str, check) -> list[dict]:
+    """One row per depth k = 0..max_depth of an engine benchmark."""
+    return [
+        {"target": target, "drafter": drafter, "hardware": check.hardware, "condition": check.condition,
+         "temperature": check.temperature, "depth": k, "tokens_per_s": check.tokens_per_s[k],
+         "measured_speedup": check.measured_speedup[k], "predicted_speedup": check.predicted_speedup[k],
+         "engine_accept_len": check.engine_accept_len[k]}
+        for k in range(len(check.tokens_per_s))
+    ]
+
+
+def tuned_config(target: str, drafter: str, selected, *, experiment_id: int, spec_hash: str, code_version: str,
+                 mlflow_run_id: str, curve_job_hash: str | None, cost_job_hash: str | None,
+                 drafter_job_hash: str | None) -> dict:
+    """A select job's decision as a tuned-config version, with where it came from."""
+    choice = selected.choice
+    return {
+        "experiment_id": experiment_id, "target": target, "drafter": drafter, "hardware": selected.hardware,
+        "condition": selected.condition, "temperature": selected.temperature, "depth": choice.depth,
+        "accept_len": choice.accept_len, "speedup": choice.speedup, "cost_ratio": choice.cost_ratio,
+        "spec_hash": spec_hash, "code_version": code_version, "mlflow_run_id": mlflow_run_id,
+        "schedule": [list(r) for r in selected.schedule] if selected.schedule is not None else None,
+        "curve_job_hash": curve_job_hash, "cost_job_hash": cost_job_hash, "drafter_job_hash": drafter_job_hash,
+        "decode_accept_len": choice.decode_accept_len, "cost_model": choice.cost_model,
+        "pass_cost": list(selected.pass_cost) if selected.pass_cost is not None else None,
+    }

@@ -1,0 +1,167 @@
+"""The typed configs and results of every job kind: what a job is given and what it returns.
+
+A config is exactly what determines a job's result, so the job's hash is taken over it (see
+`JobConfig.hashed`); a result is what the worker sends back. Both are frozen pydantic models,
+so a stored result is read back into its type and nothing has to guess what a dict holds.
+Which config and result belong to which kind is declared once, in `pipeline/core/kinds.py`.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.core.files import Files
+from pipeline.core.settings import BuiltinTarget, CostTiming, DrafterSpec, Evaluation, Validation
+from pipeline.core.types import CostProfile, Curve, DepthChoice
+
+
+class Contract(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class JobConfig(Contract):
+    """Everything that decides a job's result, and nothing else."""
+
+    seed: int
+    # Fields a job's hash leaves out: names that only label results (renaming a drafter must
+    # not retrain it). pydantic `exclude` form, e.g. {"drafter": {"name"}}.
+    unhashed: ClassVar[dict] = {}
+
+    def hashed(self) -> dict:
+        return self.model_dump(mode="json", exclude=self.unhashed or None)
+
+
+class TargetRef(Contract):
+    """The target of a pairing: a built-in one (its checkpoint is the job's "target" input) or `hf`."""
+
+    name: str
+    hf: str | None = None  # a Hugging Face id or local folder; None: trained by a train_target job
+    dtype: str = "auto"
+
+
+# -- configs --------------------------------------------------------------------------------------
+
+class TrainTargetConfig(JobConfig):
+    builtin: BuiltinTarget
+    device: str
+
+
+class TrainDrafterConfig(JobConfig):
+    target: TargetRef
+    drafter: DrafterSpec
+    device: str
+    unhashed: ClassVar[dict] = {"target": {"name"}, "drafter": {"name"}}
+
+
+class MeasureCurveConfig(JobConfig):
+    target: TargetRef
+    drafter: DrafterSpec
+    evaluation: Evaluation
+    device: str
+
+
+class ProfileCostConfig(JobConfig):
+    target: TargetRef
+    drafter: DrafterSpec
+    cost: CostTiming
+    max_depth: int
+    device: str
+    num_cpus: float  # timings depend on the threads and devices the job had
+    num_gpus: float
+    unhashed: ClassVar[dict] = {"target": {"name"}, "drafter": {"name"}}
+
+
+class SelectDepthConfig(JobConfig):
+    target: str  # names only: the pairing the decision is stored under
+    drafter: str
+    cost_ratio: float | None  # the spec's override of the timed engine iterations
+    max_batch_size: int
+
+
+class MeasureSpeedupConfig(JobConfig):
+    target: TargetRef
+    drafter: DrafterSpec
+    evaluation: Evaluation
+    validation: Validation
+    device: str
+    num_cpus: float  # compared with the costs timed by profile_cost: placed alike
+    num_gpus: float
+
+
+# -- results --------------------------------------------------------------------------------------
+
+class Trained(Contract):
+    """A trained model. `files` travels from the worker; the driver stores them as `checkpoint_dir`."""
+
+    family: str | None = None  # the drafter family ("eagle3", "standalone"); None for a target
+    metrics: dict[str, float]
+    history: dict[str, list[tuple[int, float]]] = {}
+    files: Files | None = None
+    checkpoint_dir: str | None = None
+
+    def without_files(self, checkpoint_dir: str) -> "Trained":
+        return self.model_copy(update={"files": None, "checkpoint_dir": checkpoint_dir})
+
+
+class DiagnosticValue(Contract):
+    """One drift diagnostic of one curve: depth 1..max_depth, or 0 for a value of the whole curve."""
+
+    condition: str
+    temperature: float
+    depth: int
+    name: str
+    value: float
+
+
+class Measured(Contract):
+    """The curves of one pairing: one per (condition, temperature), the spec's first one first."""
+
+    curves: tuple[Curve, ...]
+    # aligned with curves, for bootstrap intervals: per prompt [chains, sum of survival[1..K]]
+    per_prompt: tuple[tuple[tuple[float, ...], ...], ...]
+    # aligned with curves: per prompt, [tokens, passes] of a decoder at k = 0..K
+    walks: tuple[tuple[tuple[tuple[int, int], ...], ...], ...]
+    diagnostics: tuple[DiagnosticValue, ...] = ()
+
+
+class Profiled(Contract):
+    cost: CostProfile
+
+
+class Selected(Contract):
+    """The depth chosen for the primary curve, and per batch size when costs were profiled so."""
+
+    choice: DepthChoice
+    hardware: str
+    condition: str
+    temperature: float
+    pass_cost: tuple[float, ...] | None = None  # the timed cost model the choice used, if any
+    batch_depths: dict[int, int] | None = None
+    schedule: tuple[tuple[int, int, int], ...] | None = None  # inclusive [lo, hi, k] ranges
+
+
+class SpeedupCheck(Contract):
+    """The real engine at every depth k = 0..max_depth beside the predicted speedup, and a verdict."""
+
+    condition: str
+    temperature: float
+    tokens_per_s: tuple[float, ...]
+    measured_speedup: tuple[float, ...]
+    engine_accept_len: tuple[float, ...]  # tokens per target pass the engine emitted
+    greedy_mismatches: int
+    tokens: tuple[int, ...]
+    seconds: tuple[float, ...]
+    predicted_speedup: tuple[float, ...]
+    chosen_depth: int
+    best_measured_depth: int
+    chosen_vs_best: float
+    tolerance: float
+    hardware: str
+    cost_hardware: str
+    passed: bool
+    problems: tuple[str, ...]
+
+
+class Validated(Contract):
+    speedup_check: SpeedupCheck

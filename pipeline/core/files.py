@@ -1,0 +1,62 @@
+"""Model folders as bytes, and the one way a folder is written: atomically.
+
+A checkpoint travels between nodes as `Files`, {relative file name: bytes} of a Hugging Face
+style folder (config.json, model.safetensors, tokenizer files), so nodes need no shared
+filesystem. Wherever a folder lands (the driver's work directory, a worker's cache), it is
+written into a temporary sibling and renamed into place: a reader sees the whole folder or
+none of it, and writers racing on one name (several workers of a node) cannot mix files.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+Files = dict[str, bytes]
+
+
+def pack_dir(folder: str | Path) -> Files:
+    """Every file under `folder`, by its path relative to it."""
+    root = Path(folder)
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def files_hash(files: Files) -> str:
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return h.hexdigest()
+
+
+def write_dir(files: Files, folder: str | Path) -> Path:
+    """Write `files` as `folder`, atomically; a folder already there is kept as it is.
+
+    Callers name folders by content (a job hash, a files hash), so an existing folder holds
+    the same bytes: the first writer wins and later ones discard their copy.
+    """
+    folder = Path(folder)
+    if folder.is_dir():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.part-"))
+    try:
+        for name, blob in files.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_bytes(blob)
+        try:
+            tmp.rename(folder)
+        except OSError:
+            if not folder.is_dir():  # not a lost race: a real failure
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def cached_dir(files: Files, cache_root: str | Path | None = None) -> Path:
+    """The folder of `files` in a node-local cache (written once per content), for from_pretrained."""
+    root = Path(cache_root or os.environ.get("SPECFLEET_CACHE", Path(tempfile.gettempdir()) / "specfleet-cache"))
+    return write_dir(files, root / files_hash(files)[:24])

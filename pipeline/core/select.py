@@ -1,0 +1,33 @@
+"""The select_depth job: the depth for the primary curve from its measured acceptance and costs.
+
+The primary curve is the spec's first condition at its first temperature. The cost model is
+the timed engine iteration at every depth (`pass_ms`), unless the spec sets `cost.cost_ratio`,
+which selects Leviathan's `k c + 1`. With costs profiled at several batch sizes, a depth per
+batch size follows, as a schedule of inclusive batch-size ranges.
+"""
+from __future__ import annotations
+
+from pipeline.core.choice import choose_depth, depth_per_batch
+from pipeline.core.contracts import Measured, SelectDepthConfig, Selected
+from pipeline.core.schedule import schedule_from_choices
+
+
+def run(config: SelectDepthConfig, inputs: dict, *, num_gpus: float, progress) -> Selected:
+    measured: Measured = inputs["curve"]
+    cost = inputs["cost"].cost
+    curve, per_prompt, walks = measured.curves[0], measured.per_prompt[0], measured.walks[0]
+    if cost.pass_ms and len(cost.pass_ms) != len(curve.accept_len):
+        raise ValueError(f"the cost table timed depths 0..{len(cost.pass_ms) - 1} but the curve has "
+                         f"0..{curve.max_depth}")
+    ratio = config.cost_ratio if config.cost_ratio is not None else cost.cost_ratio
+    # cost tables from before engine iterations were timed have no pass_ms
+    pass_cost = tuple(cost.pass_cost) if config.cost_ratio is None and cost.pass_ms else None
+    choice = choose_depth(curve, ratio, pass_cost=pass_cost, per_prompt=per_prompt or None, walks=walks or None,
+                          seed=config.seed)
+    batch_depths = schedule = None
+    if cost.draft_ms_by_batch:  # a depth per profiled batch size; batch size 1 keeps the noise-aware choice
+        batch_depths = depth_per_batch(curve, cost, first=choice.depth)
+        schedule = tuple(schedule_from_choices(batch_depths, max(config.max_batch_size, max(batch_depths))))
+    return Selected(choice=choice, hardware=cost.hardware, condition=curve.condition,
+                    temperature=curve.temperature, pass_cost=pass_cost, batch_depths=batch_depths,
+                    schedule=schedule)

@@ -1,0 +1,169 @@
+"""The executor's paths, in-process and without Ray: success, failure, retry, interrupt, refusal.
+
+Jobs are answered by a fake runner with typed results (select_depth runs for real: it is
+torch-free), so every path runs in seconds against the real database and MLflow.
+"""
+from __future__ import annotations
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+from rich.console import Console
+
+from db.store import Store
+from pipeline.core import contracts as c
+from pipeline.core.select import run as select_depth
+from pipeline.core.types import CostProfile, Curve
+from pipeline.errors import ResourceError
+from pipeline.executor import run_plan
+from pipeline.local import LocalCluster
+from pipeline.plan import build_plan
+from pipeline.spec import parse_spec
+from pipeline.tracking import Tracker
+
+SPEC = {
+    "name": "inproc", "targets": [{"name": "t", "builtin": {"layers": 4, "hidden_size": 64, "heads": 4}}],
+    "drafters": [{"name": "pre", "kind": "eagle3"}, {"name": "post", "kind": "eagle3", "norm": "post"}],
+    "evaluation": {"max_depth": 2}, "validation": {"num_prompts": 2},
+}
+CURVE = Curve("default", 0.0, 8, (0.8, 0.5), (0.8, 0.4), (1.0, 1.8, 2.2), decode_accept_len=(1.0, 1.7, 2.0))
+COST = CostProfile("cpu 1t x1 float32", 0.1, 1.0, 1.2, pass_ms=(1.0, 1.3, 1.6))
+
+
+def answer(kind, config, inputs, *, num_cpus, num_gpus, progress):
+    """What each kind's worker returns, made up but well typed."""
+    if kind in ("train_target", "train_drafter"):
+        progress(1, 1, 0.5)
+        return c.Trained(family="eagle3" if kind == "train_drafter" else None, metrics={"val_loss": 1.0},
+                         files={"config.json": kind.encode()})
+    if kind == "measure_curve":
+        return c.Measured(curves=(CURVE,), per_prompt=((),), walks=((),))
+    if kind == "profile_cost":
+        return c.Profiled(cost=COST)
+    if kind == "select_depth":
+        return select_depth(config, inputs, num_gpus=num_gpus, progress=progress)
+    check = c.SpeedupCheck(condition="default", temperature=0.0, tokens_per_s=(10.0, 12.0, 11.0),
+                           measured_speedup=(1.0, 1.2, 1.1), engine_accept_len=(1.0, 1.7, 2.0), greedy_mismatches=0,
+                           tokens=(10, 10, 10), seconds=(1.0, 0.8, 0.9), predicted_speedup=(1.0, 1.3, 1.25),
+                           chosen_depth=1, best_measured_depth=1, chosen_vs_best=1.0, tolerance=0.05,
+                           hardware=COST.hardware, cost_hardware=COST.hardware, passed=True, problems=())
+    return c.Validated(speedup_check=check)
+
+
+def failing(when, error=RuntimeError("worker exploded")):
+    """A runner that raises `error` for the jobs `when(kind, config)` picks."""
+    def run(kind, config, inputs, **kw):
+        if when(kind, config):
+            raise error
+        return answer(kind, config, inputs, **kw)
+    return run
+
+
+@pytest.fixture
+def env(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'specfleet.db'}")
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", str(tmp_path / "artifacts"))
+    yield tmp_path, store, tracker
+    store.close()
+
+
+def run(env, runner, spec=SPEC, **cluster):
+    tmp_path, store, tracker = env
+    parsed = parse_spec(yaml.safe_dump(spec))
+    plan = build_plan(parsed, "v1")
+    made = []
+
+    def connect():
+        made.append(LocalCluster(runner, **cluster))
+        return made[-1]
+
+    summary = run_plan(plan, spec=parsed, spec_text="", store=store, tracker=tracker, workdir=tmp_path,
+                       connect=connect, console=Console(quiet=True))
+    assert all(cl.closed for cl in made)
+    return plan, summary
+
+
+def statuses(store) -> dict[str, tuple[str, int]]:
+    return {j["name"]: (j["status"], j["attempts"]) for j in store.jobs()}
+
+
+def mlflow_statuses(tmp_path) -> list[str]:
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return [r.info.status for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+
+
+def test_the_plan_runs_in_process_and_lands_in_the_database_and_mlflow(env):
+    tmp_path, store, _ = env
+    plan, summary = run(env, answer)
+    assert len(summary.done) == len(plan.jobs) == 11 and not summary.failed and summary.cluster.startswith("1 node")
+    assert set(statuses(store).values()) == {("done", 1)}
+    (best,) = store.best(drafter="pre")
+    assert (best["depth"], best["cost_model"], best["pass_cost"]) == (1, "timed", [1.0, 1.3, 1.6])
+    assert best["decode_accept_len"] == 1.7
+    assert [r["decode_accept_len"] for r in store.curve_rows(drafter="pre")] == [1.7, 2.0]
+    assert len(store.speedup_rows(drafter="post")) == 3
+    assert set(mlflow_statuses(tmp_path)) == {"FINISHED"}
+    _, again = run(env, failing(lambda kind, config: True))  # nothing runs: every job is reused
+    assert len(again.cached) == 11 and not again.done
+
+
+def test_a_failed_job_fails_its_dependents_and_the_rest_goes_on_then_a_rerun_retries_it(env):
+    tmp_path, store, _ = env
+    broken = failing(lambda kind, config: kind == "train_drafter" and config.drafter.name == "pre")
+    plan, summary = run(env, broken)
+    failed = {plan.by_hash()[h].name: reason for h, reason in summary.failed.items()}
+    assert failed["train_drafter t/pre"] == "RuntimeError: worker exploded"
+    downstream = {n for n in failed if n != "train_drafter t/pre"}
+    assert downstream == {f"{k} t/pre" for k in ("measure_curve", "profile_cost", "select_depth", "measure_speedup")}
+    assert all(failed[n].startswith("not run: an upstream job failed") for n in downstream)
+    jobs = statuses(store)
+    assert all(status == "done" for n, (status, _) in jobs.items() if n not in failed)
+    assert store.best(drafter="pre") == [] and len(store.best(drafter="post")) == 1
+    runs = mlflow_statuses(tmp_path)
+    assert "RUNNING" not in runs and runs.count("FAILED") == 2  # the failed job's run and the parent run
+
+    _, retry = run(env, answer)  # the cause is gone: only what failed runs again
+    assert len(retry.done) == 5 and len(retry.cached) == 6 and not retry.failed
+    jobs = statuses(store)
+    assert jobs["train_drafter t/pre"] == ("done", 2) and jobs["train_drafter t/post"] == ("done", 1)
+    assert jobs["select_depth t/pre"] == ("done", 1)  # never started the first time
+    assert len(store.best(drafter="pre")) == 1
+
+
+def test_an_interrupt_leaves_nothing_running(env):
+    tmp_path, store, _ = env
+    with pytest.raises(KeyboardInterrupt):
+        run(env, failing(lambda kind, config: kind == "profile_cost", KeyboardInterrupt()))
+    jobs = statuses(store)
+    assert "running" not in {status for status, _ in jobs.values()} and "pending" not in {s for s, _ in jobs.values()}
+    interrupted = [j for j in store.jobs() if j["error"] == "interrupted before it finished"]
+    assert {j["kind"] for j in interrupted} >= {"profile_cost", "select_depth", "measure_speedup"}
+    # what finished before the interrupt stays done: jobs run in plan order, pairing by pairing
+    assert jobs["train_target t"] == jobs["train_drafter t/pre"] == jobs["measure_curve t/pre"] == ("done", 1)
+    assert "RUNNING" not in mlflow_statuses(tmp_path)
+
+
+def test_a_result_that_cannot_be_recorded_fails_its_job_and_what_ran_on_it(env):
+    tmp_path, store, _ = env
+
+    def wrong_type(kind, config, inputs, **kw):  # breaks the kind's contract
+        if kind == "select_depth" and config.drafter == "post":
+            return c.Profiled(cost=COST)
+        return answer(kind, config, inputs, **kw)
+
+    plan, summary = run(env, wrong_type)
+    failed = {plan.by_hash()[h].name: reason for h, reason in summary.failed.items()}
+    assert failed["select_depth t/post"].startswith("recording failed: TypeError: select_depth returned Profiled")
+    # the benchmark ran on a choice that was never recorded: it is not recorded either
+    assert failed["measure_speedup t/post"] == "not recorded: its input select_depth t/post failed to record"
+    assert store.speedup_rows(drafter="post") == [] and len(store.speedup_rows(drafter="pre")) == 3
+    assert "RUNNING" not in mlflow_statuses(tmp_path)
+
+
+def test_a_resource_request_no_node_meets_is_refused_before_anything_is_written(env):
+    tmp_path, store, _ = env
+    greedy = {**SPEC, "resources": {"train_drafter": {"num_cpus": 1, "num_gpus": 1}}}
+    with pytest.raises(ResourceError, match="resources.train_drafter.num_gpus"):
+        run(env, answer, spec=greedy, cpus=2, gpus=0)
+    assert store.experiments() == [] and store.jobs() == []
+    assert mlflow_statuses(tmp_path) == []

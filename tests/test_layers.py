@@ -1,0 +1,41 @@
+"""The layers hold: the core imports no heavy library, workers import nothing of the driver."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.core.kinds import KINDS
+
+DRIVER = ("ray", "mlflow", "sqlalchemy", "alembic", "typer", "rich", "matplotlib")
+
+
+def loaded_after(*modules: str) -> set[str]:
+    """Top-level packages loaded by importing `modules` in a fresh interpreter."""
+    code = ("import json, sys\n" + "".join(f"import {m}\n" for m in modules)
+            + "print(json.dumps(sorted({n.split('.')[0] for n in sys.modules})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(json.loads(out.stdout))
+
+
+def test_the_core_imports_neither_torch_nor_the_driver():
+    loaded = loaded_after("pipeline.core.kinds", "pipeline.core.choice", "pipeline.core.select",
+                          "pipeline.core.files")
+    assert not loaded & {"torch", "transformers", *DRIVER}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_workers_job_imports_nothing_of_the_driver(kind):
+    module = KINDS[kind].run.partition(":")[0]
+    loaded = loaded_after("workers.jobs.run", module)
+    assert not loaded & set(DRIVER)
+
+
+def test_every_registry_entry_names_functions_that_exist():
+    from pipeline.core.kinds import resolve
+
+    for kind in KINDS.values():
+        assert callable(resolve(kind.record)) and callable(resolve(kind.run))
+        assert kind.run.partition(":")[0] in kind.code  # its code version starts where it runs

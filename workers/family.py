@@ -1,0 +1,135 @@
+"""Drafter families: the one place that knows how an EAGLE drafter and a draft model differ.
+
+A drafter spec's `kind` names its family. `family_of(kind)` returns the object that loads a
+drafter of that family, drafts chains with it for measurement, wraps it as the engine's
+proposer, times one of its steps, names its trainer and exports it for serving engines.
+Everything else asks the family and never tests what a drafter is.
+
+- `eagle3`: an EAGLE-3-style head fed by the target's hidden states (workers/drafter.py).
+- `standalone`: an independent small causal LM sharing the target's tokenizer.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.core.contracts import Trained
+from workers.chains import draft_all_chains, draft_chains_with_model
+from workers.diagnostics import DriftStats
+from workers.eagle_checkpoint import load_eagle3
+from workers.engine import EagleProposer, ModelProposer
+from workers.features import cached_forward_states, target_pass
+from workers.models import load_model
+
+
+class EagleChains:
+    """Chains of an EAGLE drafter, with the drift diagnostics of the same drafting passes."""
+
+    def __init__(self, drafter, target, depth: int):
+        self.drafter, self.target, self.depth = drafter, target, depth
+        self.stats = DriftStats(depth)
+
+    def draft(self, seq, starts: list[int], temperature: float, gen, noise):
+        streams, _ = target_pass(self.target, seq, self.drafter.cfg.capture_layers)
+        drafts, q_logits, outs, g0 = draft_all_chains(self.drafter, seq, streams, self.depth, temperature, gen,
+                                                      starts, noise)
+        self.stats.add(outs, streams, g0, starts)
+        return drafts, q_logits
+
+    def diagnostics(self) -> list[tuple[int, str, float]]:
+        return self.stats.rows()
+
+
+class ModelChains:
+    """Chains of a standalone draft model; it has no drift diagnostics (no hidden-state chaining)."""
+
+    def __init__(self, model, depth: int):
+        self.model, self.depth = model, depth
+
+    def draft(self, seq, starts: list[int], temperature: float, gen, noise):
+        return draft_chains_with_model(self.model, seq, starts, self.depth, temperature, gen)
+
+    def diagnostics(self) -> list[tuple[int, str, float]]:
+        return []
+
+
+class EagleFamily:
+    name = "eagle3"
+    trainer = "workers.eagle_train:train_eagle3"
+
+    def load(self, spec, trained: Trained | None, target):
+        param = next(target.parameters())
+        return load_eagle3(trained.files, device=param.device, dtype=param.dtype)
+
+    def chains(self, drafter, target, depth: int) -> EagleChains:
+        return EagleChains(drafter, target, depth)
+
+    def proposer(self, drafter) -> EagleProposer:
+        return EagleProposer(drafter)
+
+    def step_timer(self, drafter, target, ctx, context_len: int):
+        """A closure running one drafter step against a cached context of context_len tokens."""
+        streams, _ = target_pass(target, ctx, drafter.cfg.capture_layers)
+        g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
+        d_cache, logits, chain = drafter.prefill(ctx[:, 1:], g0)  # cached positions 0..L-2
+        token = drafter.full_logits(logits).argmax(-1)
+        return lambda: drafter.step(token, chain, d_cache, context_len - 1)
+
+    def export(self, checkpoint: Path, out: Path) -> tuple[str, str]:
+        """(folder, vLLM method): the drafter written once in the EAGLE-3 layout engines load."""
+        import torch
+
+        from pipeline.core.files import pack_dir
+        from pipeline.core.kinds import resolve
+
+        # named, not imported: exporting is the driver's business, no job's code version covers it
+        export_eagle3 = resolve("workers.export:export_eagle3")
+        if not (out / "config.json").is_file():
+            export_eagle3(load_eagle3(pack_dir(checkpoint), device="cpu", dtype=torch.float32), out)
+        return str(out.resolve()), "eagle3"
+
+
+class StandaloneFamily:
+    name = "standalone"
+    trainer = "workers.standalone:train_standalone"
+
+    def load(self, spec, trained: Trained | None, target):
+        param = next(target.parameters())
+        source = {"files": trained.files} if trained is not None else {"hf": spec.hf}
+        model, _ = load_model(source, device=param.device, dtype=param.dtype, role="drafter")
+        d = model.get_output_embeddings().weight.shape[0]
+        t = target.get_output_embeddings().weight.shape[0]
+        if d != t:  # a draft model must score the target's token ids
+            raise ValueError(f"drafter: vocabulary size {d} differs from the target's {t}; "
+                             "a standalone drafter must share the target's tokenizer")
+        return model
+
+    def chains(self, model, target, depth: int) -> ModelChains:
+        return ModelChains(model, depth)
+
+    def proposer(self, model) -> ModelProposer:
+        return ModelProposer(model)
+
+    def step_timer(self, model, target, ctx, context_len: int):
+        """One decode step of the draft model against a cached context, the cache cropped back."""
+        _, cache, _ = cached_forward_states(model, ctx[:, :-1])
+        last = ctx[:, -1:]
+
+        def run():
+            cached_forward_states(model, last, cache)
+            cache.crop(-1)
+
+        return run
+
+    def export(self, checkpoint: Path, out: Path) -> tuple[str, str]:
+        """A draft model is served from its Hugging Face folder as it is."""
+        return str(checkpoint.resolve()), "draft_model"
+
+
+FAMILIES = {f.name: f for f in (EagleFamily(), StandaloneFamily())}
+
+
+def family_of(kind: str):
+    try:
+        return FAMILIES[kind]
+    except KeyError:
+        raise ValueError(f"unknown drafter family {kind!r}; known: {', '.join(FAMILIES)}") from None

@@ -1,0 +1,26 @@
+"""measure_curve: acceptance versus depth (and drift diagnostics) under every evaluation condition."""
+from __future__ import annotations
+
+from pipeline.core.contracts import DiagnosticValue, MeasureCurveConfig, Measured
+from workers.device import pick_device
+from workers.family import family_of
+from workers.measure import measure_curves
+from workers.models import load_target
+
+
+def run(config: MeasureCurveConfig, inputs: dict, *, num_gpus: float, progress) -> Measured:
+    device = pick_device(num_gpus)
+    target, tokenizer = load_target(config.target, inputs.get("target"), device)
+    family = family_of(config.drafter.kind)
+    drafter = family.load(config.drafter, inputs.get("drafter"), target)
+    results = measure_curves(target=target, drafter=drafter, family=family, tokenizer=tokenizer,
+                             evaluation=config.evaluation, seed=config.seed)
+    return Measured(
+        curves=tuple(curve for curve, _, _, _ in results),
+        per_prompt=tuple(prompts for _, _, prompts, _ in results),
+        walks=tuple(walks for _, _, _, walks in results),
+        diagnostics=tuple(
+            DiagnosticValue(condition=curve.condition, temperature=curve.temperature, depth=depth, name=name,
+                            value=value)
+            for curve, rows, _, _ in results for depth, name, value in rows),
+    )

@@ -1,0 +1,36 @@
+"""The entry point of every job on a worker: set up torch, run the kind's function, collect losses."""
+from __future__ import annotations
+
+import torch
+
+from pipeline.core.contracts import JobConfig, Trained
+from pipeline.core.kinds import kind as job_kind
+from pipeline.core.kinds import resolve
+
+
+def run_job(kind: str, config: JobConfig, inputs: dict, *, num_cpus: float, num_gpus: float, progress=None):
+    """Run one job: `config` is the kind's typed config, `inputs` its inputs' typed results.
+
+    Returns the kind's typed result; a training job's losses come back as history["train_loss"].
+    """
+    spec = job_kind(kind)
+    if not isinstance(config, spec.config):
+        raise TypeError(f"{kind}: config must be {spec.config.__name__}, got {type(config).__name__}")
+    for name, value in inputs.items():
+        want = spec.inputs.get(name)
+        if want is None or not isinstance(value, want):
+            raise TypeError(f"{kind}: unexpected input {name!r} of type {type(value).__name__}")
+    torch.set_num_threads(max(1, int(num_cpus)))
+    torch.manual_seed(config.seed)
+    history: list[tuple[int, float]] = []
+
+    def report(step: int, total: int, loss: float) -> None:
+        if step % max(1, total // 100) == 0 or step == total:
+            history.append((step, loss))
+        if progress is not None:
+            progress(step, total, loss)
+
+    result = resolve(spec.run)(config, inputs, num_gpus=num_gpus, progress=report)
+    if history and isinstance(result, Trained):
+        result = result.model_copy(update={"history": {"train_loss": history}})
+    return result

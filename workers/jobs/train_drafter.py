@@ -1,0 +1,18 @@
+"""train_drafter: a drafter of the spec's family, trained against its target."""
+from __future__ import annotations
+
+from pipeline.core.contracts import Trained, TrainDrafterConfig
+from pipeline.core.kinds import resolve
+from workers.device import pick_device
+from workers.family import family_of
+from workers.models import load_target
+
+
+def run(config: TrainDrafterConfig, inputs: dict, *, num_gpus: float, progress) -> Trained:
+    device = pick_device(num_gpus)
+    target, tokenizer = load_target(config.target, inputs.get("target"), device)
+    family = family_of(config.drafter.kind)
+    train = resolve(family.trainer)  # the kind's code version lists both trainers' modules
+    files, metrics = train(target=target, tokenizer=tokenizer, spec=config.drafter, seed=config.seed,
+                           device=device, progress=progress)
+    return Trained(family=family.name, metrics=metrics, files=files)
