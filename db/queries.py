@@ -14,7 +14,7 @@ from db.tables import (
     Experiment,
     ExperimentJob,
     Job,
-    SpeedupCheck,
+    SpeedupPoint,
     TunedConfig,
 )
 
@@ -161,7 +161,7 @@ def speedup_checks(
 ) -> list[dict]:
     """Sorted by target, drafter, hardware, condition, temperature, job, depth."""
     order = ("target", "drafter", "hardware", "condition", "temperature", "job_id", "depth")
-    return _measured_rows(session, SpeedupCheck, SPEEDUP_KEYS, order, target=target, drafter=drafter)
+    return _measured_rows(session, SpeedupPoint, SPEEDUP_KEYS, order, target=target, drafter=drafter)
 
 
 def experiment_summaries(session: Session) -> list[dict]:

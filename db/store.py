@@ -191,10 +191,15 @@ class Store:
         code_version: str,
         spec_hash: str | None = None,
         mlflow_run_id: str | None = None,
+        decode_accept_len: float | None = None,
+        cost_model: str | None = None,
+        pass_cost: list[float] | None = None,
     ) -> int:
         """Add a version measured in production (no job); it becomes the workload's active one.
 
-        Returns its version number. Bad values raise StoreError and write nothing.
+        ``decode_accept_len``, ``cost_model`` and ``pass_cost`` say what the choice maximised
+        and how it costed a pass, as for offline versions. Returns its version number. Bad
+        values raise StoreError and write nothing.
         """
         given = dict(locals())
         given.pop("self")

@@ -184,7 +184,7 @@ class Diagnostic(MeasuredAt, Base):
     value: Mapped[float] = mapped_column(Float)
 
 
-class SpeedupCheck(MeasuredAt, Base):
+class SpeedupPoint(MeasuredAt, Base):
     """One row per depth of one engine benchmark: the real engine at depth k versus the model.
 
     Depth 0 is plain decoding, the baseline: measured_speedup 1 and engine_accept_len 1. Depths

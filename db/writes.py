@@ -32,7 +32,7 @@ from db.tables import (
     CurvePoint,
     Diagnostic,
     Job,
-    SpeedupCheck,
+    SpeedupPoint,
     TunedConfig,
 )
 
@@ -140,8 +140,8 @@ def replace_speedup_checks(session: Session, job: Job, rows: Sequence[dict]) -> 
         )
         if values["tokens_per_s"] <= 0:
             raise StoreError(f"{where}: tokens_per_s must be > 0, got {entry['tokens_per_s']!r}")
-        checks.append(SpeedupCheck(job_id=job.id, **values))
-    session.execute(delete(SpeedupCheck).where(SpeedupCheck.job_id == job.id))
+        checks.append(SpeedupPoint(job_id=job.id, **values))
+    session.execute(delete(SpeedupPoint).where(SpeedupPoint.job_id == job.id))
     session.add_all(checks)
     session.flush()  # so a repeated (condition, temperature, depth) fails here
 

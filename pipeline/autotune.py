@@ -40,9 +40,16 @@ def drafter_path(store, row: dict, workdir: Path, given: str | None) -> tuple[st
     from workers.family import family_of  # torch, only when exporting
 
     try:
-        return family_of(trained.family).export(Path(trained.checkpoint_dir), workdir / "exports" / job)
+        family = family_of(trained.family)
     except ValueError as exc:
+        raise UserError(f"--drafter-path: {exc}; name the drafter's path") from None
+    try:
+        return family.export(Path(trained.checkpoint_dir), workdir / "exports" / job)
+    except ValueError as exc:  # a variant no stock engine runs
         raise UserError(f"--engine: {exc}; pass --drafter-path to a checkpoint the engine can run") from None
+    except RuntimeError as exc:  # a checkpoint that cannot be read
+        raise UserError(f"--drafter-path: {str(exc).splitlines()[0]}; rerun its experiment or name the "
+                        "drafter's path") from None
 
 
 def render(engine: str, schedule: list[tuple[int, int, int]], *, model: str, method: str) -> str:
@@ -89,7 +96,8 @@ def from_metrics(store, sources: list[str], *, model_name: str | None, drafter: 
     if not target:
         raise UserError("--model: the metrics carry no model_name label; name the target")
     curve = production_curve(counters, temperature=temperature)
-    offline = [r for r in store.best(target=target, drafter=drafter) if hardware in (None, r["hardware"])]
+    offline = [r for r in store.best(target=target, drafter=drafter)
+               if r["source"] == "offline" and hardware in (None, r["hardware"])]
     pass_cost, cost_note = None, f"Leviathan's model at c = {cost_ratio}"
     if cost_ratio is None:
         if not offline:
@@ -101,7 +109,8 @@ def from_metrics(store, sources: list[str], *, model_name: str | None, drafter: 
     version = store.add_production_config(
         target=target, drafter=drafter, hardware=hardware or "production", condition=curve.condition,
         temperature=temperature, depth=choice.depth, accept_len=choice.accept_len, speedup=choice.speedup,
-        cost_ratio=cost_ratio, code_version=code_version,
+        cost_ratio=cost_ratio, code_version=code_version, decode_accept_len=choice.decode_accept_len,
+        cost_model=choice.cost_model, pass_cost=list(pass_cost) if pass_cost is not None else None,
         notes=f"from {int(counters.num_drafts)} verified drafts of {len(curve.survival)} positions; {cost_note}",
     )
     row = {"target": target, "drafter": drafter, "depth": choice.depth, "schedule": None, "version": version}

@@ -145,6 +145,8 @@ def _speedup_checks(plan, store) -> list[tuple[str, str, object]]:
 
 
 def _print_plan(plan, workdir: Path, db: str | None) -> None:
+    from pipeline.record import finished
+
     url = db_url(workdir, db)
     store = None
     if not url.startswith("sqlite:///") or Path(url.removeprefix("sqlite:///")).is_file():
@@ -154,7 +156,7 @@ def _print_plan(plan, workdir: Path, db: str | None) -> None:
         table.add_column(col)
     short = {j.hash: j.hash[:10] for j in plan.jobs}
     for j in plan.jobs:
-        state = "reuse" if store is not None and store.finished_result(j.hash) is not None else "run"
+        state = "reuse" if store is not None and finished(store, j.kind, j.hash) is not None else "run"
         table.add_row(j.kind, j.name, short[j.hash], ", ".join(f"{n}={short[h]}" for n, h in j.deps),
                       f"{j.num_cpus:g}", f"{j.num_gpus:g}", state)
     out.print(table)

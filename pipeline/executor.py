@@ -80,8 +80,12 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
     try:
         about = cl.check_resources(requests)
         summary = _open_experiment(ctx, spec, spec_text, about)
-        _execute(ctx, cl, summary, reusable, console)
-        summary.report = _report(ctx, workdir / "reports" / f"{spec.name}-curves.png", spec.name)
+        try:
+            _execute(ctx, cl, summary, reusable, console)
+            summary.report = _report(ctx, workdir / "reports" / f"{spec.name}-curves.png", spec.name)
+        except BaseException:
+            tracker.end(ctx.parent_run, ok=False)
+            raise
         tracker.end(ctx.parent_run, ok=not summary.failed)
     finally:
         cl.close()
@@ -132,20 +136,21 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, con
     jobs = ctx.plan.by_hash()
     submitted: dict[str, object] = {}  # job hash -> result ref of a job that runs now
     reused_refs: dict[str, object] = {}  # job hash -> ref of a reused result handed to the cluster
-    for job in ctx.plan.jobs:  # dependencies come first
-        if job.hash in reusable:
-            summary.cached.append(job.hash)
-            continue
-        deps = {}
-        for name, h in job.deps:
-            if h not in submitted and h not in reused_refs:
-                reused_refs[h] = cl.put(with_files(reusable[h]))
-            deps[name] = submitted.get(h, reused_refs.get(h))
-        submitted[job.hash] = cl.submit(job, deps)
-    view = ProgressView(console, jobs, cached=set(summary.cached))
     runs: dict[str, str] = {}
-    pending = {ref: h for h, ref in submitted.items()}
+    pending: dict = {}
     try:
+        for job in ctx.plan.jobs:  # dependencies come first
+            if job.hash in reusable:
+                summary.cached.append(job.hash)
+                continue
+            deps = {}
+            for name, h in job.deps:
+                if h not in submitted and h not in reused_refs:
+                    reused_refs[h] = cl.put(with_files(reusable[h]))
+                deps[name] = submitted.get(h, reused_refs.get(h))
+            ref = cl.submit(job, deps)
+            submitted[job.hash], pending[ref] = ref, job.hash
+        view = ProgressView(console, jobs, cached=set(summary.cached))
         with view:
             while pending:
                 done = cl.wait(list(pending), timeout=0.3)
@@ -159,9 +164,9 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, con
                 view.update(board, summary)
     except BaseException:  # interrupted or a store/MLflow failure: leave nothing marked running
         cl.cancel(list(pending))
-        for h in pending.values():
+        never_submitted = [j.hash for j in ctx.plan.jobs if j.hash not in submitted and j.hash not in reusable]
+        for h in [*pending.values(), *never_submitted]:
             _record_failure(ctx, h, runs, summary, "interrupted before it finished")
-        ctx.tracker.end(ctx.parent_run, ok=False)
         raise
 
 

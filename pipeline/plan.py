@@ -50,15 +50,17 @@ def job_hash(kind: str, config: dict, deps: dict[str, str], code_version: str) -
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def build_plan(spec: ExperimentSpec, code_version: Callable[[str | None], str] | str) -> Plan:
-    """code_version: a function of the job kind (None: the whole code base), or one string for all."""
-    version = code_version if callable(code_version) else (lambda kind=None: code_version)
+def build_plan(spec: ExperimentSpec, code_version: Callable[[tuple[str, ...] | None], str] | str) -> Plan:
+    """code_version: a function of the modules a job runs (None: the whole code base), or one
+    string for every job."""
+    version = code_version if callable(code_version) else (lambda modules=None: code_version)
     jobs: dict[str, Job] = {}
 
     def add(kind: str, name: str, fields: dict, deps: dict[str, str], target: str, drafter: str | None = None):
         res = spec.resources_for(kind)
-        config = job_kind(kind).config(seed=spec.seed, **fields, **_placement(kind, res.num_cpus, res.num_gpus))
-        h = job_hash(kind, config.hashed(), deps, version(kind))
+        entry = job_kind(kind)
+        config = entry.config(seed=spec.seed, **fields, **_placement(kind, res.num_cpus, res.num_gpus))
+        h = job_hash(kind, config.hashed(), deps, version(entry.code_of(config)))
         if h not in jobs:
             jobs[h] = Job(kind, name, config, tuple(sorted(deps.items())), h, res.num_cpus, res.num_gpus,
                           target, drafter)
@@ -77,7 +79,7 @@ def build_plan(spec: ExperimentSpec, code_version: Callable[[str | None], str] |
             deps["target"] = trained_targets[target.name]
         pair, t, d = f"{target.name}/{drafter.name}", target.name, drafter.name
         inputs = dict(deps)
-        if getattr(drafter, "hf", None) is None:  # an hf draft model is used as it is
+        if drafter.trained_here:
             inputs["drafter"] = add("train_drafter", f"train_drafter {pair}", {"target": ref, "drafter": drafter},
                                     deps, t, d)
         models = {"target": ref, "drafter": drafter}

@@ -1,4 +1,4 @@
-"""Production acceptance from a vLLM Prometheus exposition (REFERENCE.md section 4).
+"""Production acceptance from a vLLM Prometheus exposition (its `vllm:spec_decode_*` counters).
 
 vLLM counts, per served model, the drafts it verified (`num_drafts`), the drafted tokens, the
 accepted tokens and the accepted tokens per draft position. Two scrapes give a window;

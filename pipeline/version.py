@@ -1,7 +1,8 @@
 """Code versions: what, besides its config, determines a job's result.
 
-Each job kind hashes only the source it runs: the modules its registry entry names
-(pipeline/core/kinds.py), followed through every import of this project's packages, in any
+Each job hashes only the source it runs: the modules its kind's registry entry names
+(pipeline/core/kinds.py; a drafter-training job adds its family's trainer), followed through
+every import of this project's packages, in any
 form (`import a.b`, `from a import b`, `from a.b import c`, relative imports, imports inside
 functions), with the `__init__` of every package on the way. Functions the registry names as
 "module:function" strings are not followed: a kind lists the modules it runs that way.
@@ -17,7 +18,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-from pipeline.core.kinds import KINDS
+from pipeline.core.kinds import DRAFTER_TRAINERS, KINDS
 
 _ROOT = Path(__file__).resolve().parent.parent
 _PACKAGES = ("workers", "pipeline", "db")
@@ -77,12 +78,15 @@ def source_closure(modules: tuple[str, ...], root: Path = _ROOT) -> list[Path]:
     return sorted(seen)
 
 
-def source_version(kind: str | None = None, root: Path = _ROOT) -> str:
-    """'<package version>+<12 hex>' over one job kind's source (every kind's when None) under `root`,
-    and the libraries that shape results."""
-    roots = KINDS[kind].code if kind else tuple(m for k in KINDS.values() for m in k.code)
+def source_version(modules: tuple[str, ...] | None = None, root: Path = _ROOT) -> str:
+    """'<package version>+<12 hex>' over the source `modules` run (a job's, from its kind's
+    `code_of(config)`; the whole code base when None) under `root`, and the libraries that
+    shape results."""
+    if modules is None:
+        modules = (*(m for k in KINDS.values() for m in k.code),
+                   *(path.partition(":")[0] for path in DRAFTER_TRAINERS.values()))
     h = hashlib.sha256()
-    for f in source_closure(roots, root):
+    for f in source_closure(modules, root):
         h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
     h.update(f"python{sys.version_info[0]}.{sys.version_info[1]}".encode())  # the built-in corpora
     for lib in _LIBRARIES:
@@ -91,9 +95,9 @@ def source_version(kind: str | None = None, root: Path = _ROOT) -> str:
 
 
 @lru_cache(maxsize=None)
-def code_version(kind: str | None = None) -> str:
-    """This installation's code version of one job kind (of every kind when None)."""
-    return source_version(kind)
+def code_version(modules: tuple[str, ...] | None = None) -> str:
+    """This installation's code version of the source `modules` run (the whole code base when None)."""
+    return source_version(modules)
 
 
 def _installed(dist: str) -> str:

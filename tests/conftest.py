@@ -22,7 +22,7 @@ def tiny_target():
 
     torch.set_num_threads(2)
     files, _ = train_builtin_target(builtin=BuiltinTarget(**TINY_TARGET), seed=0)
-    model, tokenizer = load_model({"files": files}, device=torch.device("cpu"), dtype=torch.float32)
+    model, tokenizer = load_model(files=files, device=torch.device("cpu"), dtype=torch.float32)
     return model, tokenizer, files
 
 

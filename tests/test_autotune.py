@@ -118,7 +118,7 @@ def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
          None),
         ("select-1", "select_depth", {}, dict(
             experiment_id=exp, target=MODEL, drafter="eagle3-prod", hardware="cpu 2t x1 float32",
-            condition="default", temperature=0.0, depth=1, accept_len=1.6, speedup=1.07, cost_ratio=0.25,
+            condition="zdefault", temperature=0.0, depth=1, accept_len=1.6, speedup=1.07, cost_ratio=0.25,
             spec_hash="s", code_version="v", mlflow_run_id="r", cost_job_hash="cost-1")),
     ):
         store.link_job(exp, job_hash=job_hash, kind=kind, name=job_hash, config={})
@@ -134,6 +134,12 @@ def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
     (stored,) = [r for r in store.best(target=MODEL, drafter="eagle3-prod") if r["source"] == "production"]
     assert stored["depth"] == 3 and "timed engine iterations" in stored["notes"]
     assert stored["hardware"] == "cpu 2t x1 float32"  # the hardware the timings belong to
+    assert (stored["cost_model"], stored["pass_cost"]) == ("timed", [1.0, 1.5, 1.6, 1.7])
+    # a second re-tune still costs passes as the offline choice did, not as the production version
+    # (which sorts first: condition "production" < "zdefault")
+    row, _ = from_metrics(store, [str(scrape)], model_name=None, drafter="eagle3-prod", cost_ratio=None,
+                          hardware=None, temperature=0.0, code_version="v")
+    assert row["depth"] == 3 and row["version"] == 2
     store.close()
 
 

@@ -1,4 +1,4 @@
-"""Engine configs: every rule of REFERENCE.md section 4 holds for what specfleet emits."""
+"""Engine configs: every engine rule the emitters know holds for what specfleet emits."""
 from __future__ import annotations
 
 import json

@@ -167,3 +167,20 @@ def test_a_resource_request_no_node_meets_is_refused_before_anything_is_written(
         run(env, answer, spec=greedy, cpus=2, gpus=0)
     assert store.experiments() == [] and store.jobs() == []
     assert mlflow_statuses(tmp_path) == []
+
+
+def test_a_failure_before_any_job_runs_ends_the_experiment_failed(env, monkeypatch):
+    """Reading a reused checkpoint back can fail (a disk error): the run stops, nothing is left running."""
+    tmp_path, store, _ = env
+    run(env, failing(lambda kind, config: kind != "train_target"))  # the target trains, the rest fails
+
+    def unreadable(result):
+        raise OSError("checkpoint unreadable")
+
+    monkeypatch.setattr("pipeline.executor.with_files", unreadable)
+    with pytest.raises(OSError, match="checkpoint unreadable"):
+        run(env, answer)
+    jobs = statuses(store)
+    assert jobs["train_target t"] == ("done", 1)
+    assert {status for name, (status, _) in jobs.items() if name != "train_target t"} == {"failed"}
+    assert "RUNNING" not in mlflow_statuses(tmp_path)

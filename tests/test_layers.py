@@ -39,3 +39,12 @@ def test_every_registry_entry_names_functions_that_exist():
     for kind in KINDS.values():
         assert callable(resolve(kind.record)) and callable(resolve(kind.run))
         assert kind.run.partition(":")[0] in kind.code  # its code version starts where it runs
+
+
+def test_every_drafter_family_has_a_trainer_and_a_family_object():
+    from pipeline.core.kinds import DRAFTER_TRAINERS, resolve
+    from pipeline.core.settings import DRAFTER_KINDS
+    from workers.family import FAMILIES
+
+    assert set(DRAFTER_TRAINERS) == set(DRAFTER_KINDS) == set(FAMILIES)
+    assert all(callable(resolve(path)) for path in DRAFTER_TRAINERS.values())

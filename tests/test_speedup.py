@@ -35,16 +35,16 @@ def test_identical_draft_model_emits_k_plus_one_tokens_per_pass(tiny_target):
     target, tokenizer, _ = tiny_target
     result = engine_speedups(target=target, proposer=ModelProposer(target), tokenizer=tokenizer, evaluation=EVAL,
                              validation=VALIDATION, seed=0)
-    assert result["engine_accept_len"] == [1.0, 2.0, 3.0, 4.0]
-    assert result["greedy_mismatches"] == 0
-    assert result["measured_speedup"][0] == 1.0
-    assert all(t > 0 for t in result["tokens_per_s"])
+    assert result.engine_accept_len == (1.0, 2.0, 3.0, 4.0)
+    assert result.greedy_mismatches == 0
+    assert result.measured_speedup[0] == 1.0
+    assert all(t > 0 for t in result.tokens_per_s)
     # 3 prompts x 16 tokens after the first; deeper chains overshoot max_new by at most k tokens
-    assert result["tokens"][0] == 48 and all(48 <= t <= 48 + 3 * k for k, t in enumerate(result["tokens"]))
+    assert result.tokens[0] == 48 and all(48 <= t <= 48 + 3 * k for k, t in enumerate(result.tokens))
     # by default the engine decodes as deep as the chains were measured
     default = engine_speedups(target=target, proposer=ModelProposer(target), tokenizer=tokenizer, evaluation=EVAL,
                               validation=VALIDATION.model_copy(update={"new_tokens": None}), seed=0)
-    assert default["tokens"][0] == 3 * (EVAL.continuation_len - 1) and default["engine_accept_len"][2] == 3.0
+    assert default.tokens[0] == 3 * (EVAL.continuation_len - 1) and default.engine_accept_len[2] == 3.0
 
 
 def test_measure_speedup_job_compares_the_chosen_depth_with_the_best_measured(tiny_target, tiny_drafters):

@@ -5,6 +5,7 @@ PostgreSQL database.
 """
 from __future__ import annotations
 
+import json
 import os
 
 from alembic import command
@@ -35,12 +36,21 @@ def test_database_at_0004_moves_decode_accept_len_into_curves_and_back(db_url: s
             connection.execute(insert(Diagnostic.__table__).values(
                 **place, depth=depth, name="decode_accept_len", value=walked))
         connection.execute(insert(Diagnostic.__table__).values(**place, depth=1, name="rms", value=1.1))
+        for name, drafter in (("old-eagle", {"kind": "eagle3", "norm": "pre"}), ("old-small", {"kind": "standalone"}),
+                              ("old-default", {"norm": "post"})):
+            connection.execute(insert(Job.__table__).values(
+                job_hash=name, kind="train_drafter", name=name, status="done", attempts=1,
+                config_json=json.dumps({"drafter": drafter, "seed": 0}),
+                result_json=json.dumps({"checkpoint_dir": "/x", "metrics": {}}), created_at=utc_now()))
 
     with Store(db_url) as store:  # opening upgrades to the head revision
         curve = store.curve_rows()
         assert [(r["depth"], r["accept_len"], r["decode_accept_len"]) for r in curve] == [(1, 1.6, 1.5),
                                                                                           (2, 1.9, 1.7)]
         assert [r["name"] for r in store.diagnostic_rows()] == ["rms"]  # only the drift diagnostics stay
+        # trained drafters learn their family from their job config
+        families = {h: store.finished_result(h)["family"] for h in ("old-eagle", "old-small", "old-default")}
+        assert families == {"old-eagle": "eagle3", "old-small": "standalone", "old-default": "eagle3"}
 
     with engine.begin() as connection:
         assert current_revision(connection) == head_revision()

@@ -28,7 +28,7 @@ from test_store import (  # noqa: F401 (db_url and store are fixtures)
 
 from db.migrate import alembic_config, current_revision, head_revision
 from db.store import SPEEDUP_KEYS, Store, StoreError
-from db.tables import Base, CurvePoint, Job, SpeedupCheck, utc_now
+from db.tables import Base, CurvePoint, Job, SpeedupPoint, utc_now
 
 ROW_KEYS = {*SPEEDUP_KEYS, "job_hash"}
 
@@ -204,7 +204,7 @@ def test_database_refuses_bad_speedup_rows_itself(store: Store, db_url: str) -> 
         for bad in ({"depth": -1}, {"tokens_per_s": 0.0}, {"depth": 0}):  # depth 0 is a repeat
             row = {**_speedup(3, 50.0), "job_id": job_id, **bad}
             with pytest.raises(IntegrityError), engine.begin() as connection:
-                connection.execute(insert(SpeedupCheck.__table__).values(**row))
+                connection.execute(insert(SpeedupPoint.__table__).values(**row))
     finally:
         engine.dispose()
 

@@ -37,7 +37,8 @@ def test_each_kind_covers_what_it_runs_and_not_the_others():
     assert {"pipeline/core/select.py", "pipeline/core/choice.py", "pipeline/core/schedule.py"} <= select
     assert "pipeline/core/choice.py" not in measure  # the depth choice is not measurement
     assert "workers/drafter.py" not in select and "pipeline/record.py" not in select
-    assert {"workers/eagle_train.py", "workers/standalone.py"} <= names("train_drafter")  # both trainers
+    drafter_training = names("train_drafter")
+    assert not {"workers/family.py", "workers/engine.py", "workers/eagle_train.py"} & drafter_training
     # nothing the driver runs is part of any job
     for kind in KINDS:
         assert not {"pipeline/executor.py", "pipeline/cli.py", "pipeline/record.py", "db/store.py"} & names(kind)
@@ -61,9 +62,9 @@ def test_every_import_form_is_followed(tmp_path):
 
 
 def test_versions_differ_by_kind_and_are_stable():
-    versions = {kind: code_version(kind) for kind in KINDS}
+    versions = {kind: code_version(KINDS[kind].code) for kind in KINDS}
     assert len(set(versions.values())) == len(versions)
-    assert versions == {kind: source_version(kind) for kind in KINDS}
+    assert versions == {kind: source_version(KINDS[kind].code) for kind in KINDS}
 
 
 SPEC = {
@@ -82,12 +83,12 @@ def source_copy(tmp_path):
 def _rerun_after(root: Path, file: str, old: str, new: str) -> set[str]:
     """The kinds of the jobs whose hash changes when `old` becomes `new` in `file` under `root`."""
     spec = parse_spec(yaml.safe_dump(SPEC))
-    before = {j.name: (j.kind, j.hash) for j in build_plan(spec, lambda kind=None: source_version(kind, root)).jobs}
+    before = {j.name: (j.kind, j.hash) for j in build_plan(spec, lambda modules=None: source_version(modules, root)).jobs}
     path = root / file
     text = path.read_text()
     assert old in text
     path.write_text(text.replace(old, new))
-    after = {j.name: j.hash for j in build_plan(spec, lambda kind=None: source_version(kind, root)).jobs}
+    after = {j.name: j.hash for j in build_plan(spec, lambda modules=None: source_version(modules, root)).jobs}
     return {kind for name, (kind, h) in before.items() if after[name] != h}
 
 
@@ -103,6 +104,20 @@ def test_editing_the_drafter_reruns_drafter_jobs_never_target_training(source_co
     # the drafter's jobs and everything downstream of them (a job's hash covers its inputs' hashes)
     assert changed == {"train_drafter", "measure_curve", "profile_cost", "select_depth", "measure_speedup"}
     assert "train_target" not in changed
+
+
+def test_a_drafter_trains_under_its_own_familys_trainer_only(source_copy):
+    spec = {**SPEC, "drafters": [{"name": "d", "kind": "eagle3"},
+                                 {"name": "s", "kind": "standalone", "builtin": {"layers": 1}}]}
+    parsed = parse_spec(yaml.safe_dump(spec))
+    version = lambda modules=None: source_version(modules, source_copy)  # noqa: E731
+    before = {j.name: j.hash for j in build_plan(parsed, version).jobs}
+    path = source_copy / "workers/eagle_train.py"
+    path.write_text(path.read_text() + "\n# edited\n")
+    after = {j.name: j.hash for j in build_plan(parsed, version).jobs}
+    changed = {name for name in before if before[name] != after[name]}
+    assert "train_drafter t/d" in changed and not any(name.endswith("t/s") for name in changed)
+    assert "train_target t" not in changed
 
 
 def test_editing_the_depth_choice_reruns_selection_only(source_copy):

@@ -51,7 +51,7 @@ def check_split(split: str) -> None:
         raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
 
 
-def documents(corpus: str, split: str, max_chars: int = MAX_CHARS) -> list[str]:
+def source_documents(corpus: str, split: str, max_chars: int = MAX_CHARS) -> list[str]:
     """Texts of one split ('train' or 'heldout') of a raw corpus (stdlib, pydoc), in a fixed order,
     stopping once max_chars are reached. The chat corpus: workers.texts.documents."""
     check_split(split)

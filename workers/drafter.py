@@ -1,4 +1,12 @@
-"""The EAGLE-3-style drafter: one class, variants are constructor switches (REFERENCE.md section 3).
+"""The EAGLE-3-style drafter (Li et al. 2025): one class, variants are constructor switches.
+
+EAGLE-3 fuses three captured hidden states of the target (the residual stream entering
+layers 2, N//2 and N-3 of an N-layer target) with one linear layer, runs one Llama decoder
+layer whose attention reads cat(norm(embed(token)), norm(h)), and predicts over a reduced
+draft vocabulary (d2t maps a draft id to its target id). Against attention drift (Eldenk
+et al. 2026: along a chain the drafter's attention leaves the sink token while the hidden
+state's RMS grows), `post` norm hands the normalised state to both the head and the next
+step, and `fc_norm` puts one RMSNorm on each captured stream before the fusion.
 
 Position i of the drafter reads token x_{i+1} and a hidden input g_i, and predicts x_{i+2}.
 At chain step 0, g_i is the fusion of the target's captured hidden states at position i. At

@@ -2,8 +2,9 @@
 
 A drafter spec's `kind` names its family. `family_of(kind)` returns the object that loads a
 drafter of that family, drafts chains with it for measurement, wraps it as the engine's
-proposer, times one of its steps, names its trainer and exports it for serving engines.
-Everything else asks the family and never tests what a drafter is.
+proposer, times one of its steps and exports it for serving engines. Everything else asks the
+family and never tests what a drafter is. (How a family is trained is named beside the job
+kinds, pipeline/core/kinds.py, so that training does not depend on this module.)
 
 - `eagle3`: an EAGLE-3-style head fed by the target's hidden states (workers/drafter.py).
 - `standalone`: an independent small causal LM sharing the target's tokenizer.
@@ -54,7 +55,6 @@ class ModelChains:
 
 class EagleFamily:
     name = "eagle3"
-    trainer = "workers.eagle_train:train_eagle3"
 
     def load(self, spec, trained: Trained | None, target):
         param = next(target.parameters())
@@ -76,26 +76,29 @@ class EagleFamily:
 
     def export(self, checkpoint: Path, out: Path) -> tuple[str, str]:
         """(folder, vLLM method): the drafter written once in the EAGLE-3 layout engines load."""
+        import tempfile
+
         import torch
 
-        from pipeline.core.files import pack_dir
+        from pipeline.core.files import pack_dir, write_dir
         from pipeline.core.kinds import resolve
 
         # named, not imported: exporting is the driver's business, no job's code version covers it
         export_eagle3 = resolve("workers.export:export_eagle3")
-        if not (out / "config.json").is_file():
-            export_eagle3(load_eagle3(pack_dir(checkpoint), device="cpu", dtype=torch.float32), out)
+        if not out.is_dir():  # written whole or not at all: a crash leaves no half export to reuse
+            with tempfile.TemporaryDirectory(dir=_parent(out)) as tmp:
+                export_eagle3(load_eagle3(pack_dir(checkpoint), device="cpu", dtype=torch.float32), tmp)
+                write_dir(pack_dir(tmp), out)
         return str(out.resolve()), "eagle3"
 
 
 class StandaloneFamily:
     name = "standalone"
-    trainer = "workers.standalone:train_standalone"
 
     def load(self, spec, trained: Trained | None, target):
         param = next(target.parameters())
-        source = {"files": trained.files} if trained is not None else {"hf": spec.hf}
-        model, _ = load_model(source, device=param.device, dtype=param.dtype, role="drafter")
+        files, hf = (trained.files, None) if trained is not None else (None, spec.hf)
+        model, _ = load_model(files=files, hf=hf, device=param.device, dtype=param.dtype, role="drafter")
         d = model.get_output_embeddings().weight.shape[0]
         t = target.get_output_embeddings().weight.shape[0]
         if d != t:  # a draft model must score the target's token ids
@@ -123,6 +126,11 @@ class StandaloneFamily:
     def export(self, checkpoint: Path, out: Path) -> tuple[str, str]:
         """A draft model is served from its Hugging Face folder as it is."""
         return str(checkpoint.resolve()), "draft_model"
+
+
+def _parent(folder: Path) -> Path:
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return folder.parent
 
 
 FAMILIES = {f.name: f for f in (EagleFamily(), StandaloneFamily())}

@@ -16,14 +16,16 @@ from pipeline.core.files import Files, cached_dir, pack_dir
 from workers.device import pick_dtype
 
 
-def load_model(source: dict, *, device: torch.device, dtype: torch.dtype, role: str = "target"):
-    """(model, tokenizer) from {'files': packed folder} or {'hf': id or local path}; eval mode, frozen.
-
-    role names the spec entry in error messages ('target' or 'drafter')."""
-    if "files" in source:
-        where = str(cached_dir(source["files"]))
+def load_model(*, files: Files | None = None, hf: str | None = None, device: torch.device, dtype: torch.dtype,
+               role: str = "target"):
+    """(model, tokenizer) from a packed folder (`files`) or a Hugging Face id or local path (`hf`);
+    eval mode, frozen. role names the spec entry in error messages ('target' or 'drafter')."""
+    if (files is None) == (hf is None):
+        raise ValueError("load_model: give exactly one of files or hf")
+    if files is not None:
+        where = str(cached_dir(files))
     else:
-        where = source["hf"]
+        where = hf
         if where.startswith(("/", "./", "../", "~")) and not (Path(where).expanduser() / "config.json").is_file():
             raise FileNotFoundError(f"{role}: no model at {where} (config.json not found)")
     try:
@@ -39,8 +41,8 @@ def load_model(source: dict, *, device: torch.device, dtype: torch.dtype, role: 
 
 def load_target(ref: TargetRef, trained: Trained | None, device: torch.device):
     """A pairing's target: the trained built-in one (the job's "target" input) or `ref.hf`."""
-    source = {"files": trained.files} if trained is not None else {"hf": ref.hf}
-    return load_model(source, device=device, dtype=pick_dtype(ref.dtype, device))
+    files, hf = (trained.files, None) if trained is not None else (None, ref.hf)
+    return load_model(files=files, hf=hf, device=device, dtype=pick_dtype(ref.dtype, device))
 
 
 def pack_model(model, tokenizer) -> Files:

@@ -10,6 +10,7 @@ on the machine then shifts no depth's figure, while acceptance stays exact.
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 import torch
 
@@ -17,7 +18,21 @@ from workers.engine import generate
 from workers.prompts import build_prompts
 
 
-def engine_speedups(*, target, proposer, tokenizer, evaluation, validation, seed: int) -> dict:
+@dataclass(frozen=True)
+class EngineBenchmark:
+    """The engine at every depth k = 0..max_depth (index k), under the primary condition."""
+
+    condition: str
+    temperature: float
+    tokens_per_s: tuple[float, ...]
+    measured_speedup: tuple[float, ...]  # tokens_per_s over depth 0's
+    engine_accept_len: tuple[float, ...]  # tokens per target pass
+    greedy_mismatches: int
+    tokens: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+
+def engine_speedups(*, target, proposer, tokenizer, evaluation, validation, seed: int) -> EngineBenchmark:
     """Measured tokens/s, speedup over k = 0 and the engine's accept_len at every k.
 
     Uses the primary condition and temperature (the ones the depth was chosen for). At
@@ -57,11 +72,9 @@ def engine_speedups(*, target, proposer, tokenizer, evaluation, validation, seed
                 mismatches += 1
     engine_accept_len = [t / p for t, p in zip(tokens, passes)]
     tokens_per_s = [a / statistics.median(s) for a, s in zip(engine_accept_len, pass_s)]
-    return {
-        "condition": condition, "temperature": temperature,
-        "tokens_per_s": tokens_per_s,
-        "measured_speedup": [t / tokens_per_s[0] for t in tokens_per_s],
-        "engine_accept_len": engine_accept_len,
-        "greedy_mismatches": mismatches,
-        "tokens": tokens, "seconds": seconds,
-    }
+    return EngineBenchmark(
+        condition=condition, temperature=temperature, tokens_per_s=tuple(tokens_per_s),
+        measured_speedup=tuple(t / tokens_per_s[0] for t in tokens_per_s),
+        engine_accept_len=tuple(engine_accept_len), greedy_mismatches=mismatches, tokens=tuple(tokens),
+        seconds=tuple(seconds),
+    )

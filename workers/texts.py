@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from workers.chat import chat_documents
 from workers.corpus import MAX_CHARS
-from workers.corpus import documents as raw_corpus_documents
+from workers.corpus import source_documents
 
 
 def documents(corpus: str, split: str, max_chars: int = MAX_CHARS) -> list[str]:
@@ -14,4 +14,4 @@ def documents(corpus: str, split: str, max_chars: int = MAX_CHARS) -> list[str]:
     max_chars in total."""
     if corpus == "chat":
         return chat_documents(split, max_chars)
-    return raw_corpus_documents(corpus, split, max_chars)
+    return source_documents(corpus, split, max_chars)

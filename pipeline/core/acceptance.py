@@ -51,7 +51,7 @@ def closed_form_accept_len(alpha: float, k: int) -> float:
 def curve_from_accepted(accepted: Sequence[int], max_depth: int, *, condition: str, temperature: float) -> Curve:
     """Pool greedy chains: `accepted[i]` is how many of chain i's drafts the target accepted.
 
-    Pooled over verification steps (REFERENCE.md: sum of emitted tokens / target passes).
+    Pooled over verification steps: survival[j] is the share of all chains that kept j drafts.
     """
     n = len(accepted)
     if n == 0:

@@ -95,7 +95,7 @@ class Trained(Contract):
     """A trained model. `files` travels from the worker; the driver stores them as `checkpoint_dir`."""
 
     family: str | None = None  # the drafter family ("eagle3", "standalone"); None for a target
-    metrics: dict[str, float]
+    metrics: dict[str, int | float]  # e.g. val_loss, train_seconds, num_params
     history: dict[str, list[tuple[int, float]]] = {}
     files: Files | None = None
     checkpoint_dir: str | None = None
@@ -119,7 +119,7 @@ class Measured(Contract):
 
     curves: tuple[Curve, ...]
     # aligned with curves, for bootstrap intervals: per prompt [chains, sum of survival[1..K]]
-    per_prompt: tuple[tuple[tuple[float, ...], ...], ...]
+    per_prompt: tuple[tuple[tuple[int | float, ...], ...], ...]
     # aligned with curves: per prompt, [tokens, passes] of a decoder at k = 0..K
     walks: tuple[tuple[tuple[tuple[int, int], ...], ...], ...]
     diagnostics: tuple[DiagnosticValue, ...] = ()

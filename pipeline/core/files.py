@@ -59,4 +59,4 @@ def write_dir(files: Files, folder: str | Path) -> Path:
 def cached_dir(files: Files, cache_root: str | Path | None = None) -> Path:
     """The folder of `files` in a node-local cache (written once per content), for from_pretrained."""
     root = Path(cache_root or os.environ.get("SPECFLEET_CACHE", Path(tempfile.gettempdir()) / "specfleet-cache"))
-    return write_dir(files, root / files_hash(files)[:24])
+    return write_dir(files, root / files_hash(files)[:32])

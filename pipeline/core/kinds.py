@@ -12,10 +12,23 @@ every worker importing it) pulls in neither torch nor the driver's libraries.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from pipeline.core import contracts as c
+
+
+# How each drafter family is trained: a train_drafter job runs (and its code version covers)
+# only its own family's trainer, so changing one trainer retrains no drafter of the other.
+DRAFTER_TRAINERS = {
+    "eagle3": "workers.eagle_train:train_eagle3",
+    "standalone": "workers.standalone:train_standalone",
+}
+
+
+def _trainer_module(config) -> tuple[str, ...]:
+    return (DRAFTER_TRAINERS[config.drafter.kind].partition(":")[0],)
 
 
 @dataclass(frozen=True)
@@ -30,30 +43,36 @@ class JobKind:
     # what of the job's resources changes its result: nothing, the device kind (dtype and
     # numerics), or the whole placement (timings)
     placement: Literal["none", "device", "timed"]
+    # modules a job runs because of its config (a drafter family's trainer), beside `code`
+    config_code: Callable[[c.JobConfig], tuple[str, ...]] | None = None
+
+    def code_of(self, config: c.JobConfig) -> tuple[str, ...]:
+        """The modules one job of this kind runs: the kind's, and those its config selects."""
+        return self.code + (self.config_code(config) if self.config_code else ())
 
 
-_TRAIN = ("workers.jobs.run",)  # the dispatcher every kind runs through
+_DISPATCH = ("workers.jobs.run",)  # the dispatcher every kind runs through
 
 KINDS: dict[str, JobKind] = {k.name: k for k in (
     JobKind("train_target", c.TrainTargetConfig, c.Trained, {},
             "workers.jobs.train_target:run", "pipeline.record:record_trained",
-            (*_TRAIN, "workers.jobs.train_target"), "device"),
+            (*_DISPATCH, "workers.jobs.train_target"), "device"),
     JobKind("train_drafter", c.TrainDrafterConfig, c.Trained, {"target": c.Trained},
             "workers.jobs.train_drafter:run", "pipeline.record:record_trained",
-            (*_TRAIN, "workers.jobs.train_drafter", "workers.eagle_train", "workers.standalone"), "device"),
+            (*_DISPATCH, "workers.jobs.train_drafter"), "device", _trainer_module),
     JobKind("measure_curve", c.MeasureCurveConfig, c.Measured, {"target": c.Trained, "drafter": c.Trained},
             "workers.jobs.measure_curve:run", "pipeline.record:record_measured",
-            (*_TRAIN, "workers.jobs.measure_curve"), "device"),
+            (*_DISPATCH, "workers.jobs.measure_curve"), "device"),
     JobKind("profile_cost", c.ProfileCostConfig, c.Profiled, {"target": c.Trained, "drafter": c.Trained},
             "workers.jobs.profile_cost:run", "pipeline.record:record_profiled",
-            (*_TRAIN, "workers.jobs.profile_cost"), "timed"),
+            (*_DISPATCH, "workers.jobs.profile_cost"), "timed"),
     JobKind("select_depth", c.SelectDepthConfig, c.Selected, {"curve": c.Measured, "cost": c.Profiled},
             "pipeline.core.select:run", "pipeline.record:record_selected",
-            (*_TRAIN, "pipeline.core.select"), "none"),
+            (*_DISPATCH, "pipeline.core.select"), "none"),
     JobKind("measure_speedup", c.MeasureSpeedupConfig, c.Validated,
             {"target": c.Trained, "drafter": c.Trained, "depth": c.Selected},
             "workers.jobs.measure_speedup:run", "pipeline.record:record_validated",
-            (*_TRAIN, "workers.jobs.measure_speedup"), "timed"),
+            (*_DISPATCH, "workers.jobs.measure_speedup"), "timed"),
 )}
 JOB_KINDS = tuple(KINDS)
 

@@ -112,6 +112,11 @@ class Eagle3DrafterSpec(Strict):
                              f"got {len(self.capture_layers)}")
         return self
 
+    @property
+    def trained_here(self) -> bool:
+        """An EAGLE drafter is always trained against its target by a train_drafter job."""
+        return True
+
 
 class TrainStandalone(TrainTarget):
     corpus: Corpus = "stdlib"
@@ -134,6 +139,11 @@ class StandaloneDrafterSpec(_ModelSource):
     kind: Literal["standalone"]
     builtin: BuiltinStandalone | None = None
     hf: str | None = Field(None, description="Hugging Face id or local path of a causal LM")
+
+    @property
+    def trained_here(self) -> bool:
+        """A built-in draft model is trained by a train_drafter job; an `hf` one is used as it is."""
+        return self.builtin is not None
 
 
 def _drafter_kind(value) -> str:

@@ -6,11 +6,13 @@ timed on the hardware the engine ran on.
 """
 from __future__ import annotations
 
-from pipeline.core.contracts import MeasureSpeedupConfig, SpeedupCheck, Validated
+import dataclasses
+
+from pipeline.core.contracts import MeasureSpeedupConfig, Selected, SpeedupCheck, Validated
 from workers.device import hardware_id, pick_device
 from workers.family import family_of
 from workers.models import load_target
-from workers.speedup import engine_speedups
+from workers.speedup import EngineBenchmark, engine_speedups
 
 
 def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress) -> Validated:
@@ -29,19 +31,19 @@ def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress
                                            config.validation.tolerance))
 
 
-def verdict(measured: dict, selected, hardware: str, tolerance: float) -> SpeedupCheck:
+def verdict(measured: EngineBenchmark, selected: Selected, hardware: str, tolerance: float) -> SpeedupCheck:
     choice = selected.choice
-    tps = measured["tokens_per_s"]
+    tps = measured.tokens_per_s
     best = max(range(len(tps)), key=lambda k: tps[k])
     chosen_vs_best = tps[choice.depth] / tps[best]
     problems = []
     if chosen_vs_best < 1.0 - tolerance:
         problems.append(f"the chosen depth reaches {chosen_vs_best:.1%} of the best measured tokens/s")
-    if measured["greedy_mismatches"]:
-        problems.append(f"{measured['greedy_mismatches']} prompt(s) decoded differently from plain greedy decoding")
+    if measured.greedy_mismatches:
+        problems.append(f"{measured.greedy_mismatches} prompt(s) decoded differently from plain greedy decoding")
     if hardware != selected.hardware:
         problems.append(f"costs were timed on {selected.hardware}, the engine ran on {hardware}")
-    return SpeedupCheck(**measured, predicted_speedup=choice.speedups, chosen_depth=choice.depth,
+    return SpeedupCheck(**dataclasses.asdict(measured), predicted_speedup=choice.speedups, chosen_depth=choice.depth,
                         best_measured_depth=best, chosen_vs_best=chosen_vs_best, tolerance=tolerance,
                         hardware=hardware, cost_hardware=selected.hardware, passed=not problems,
                         problems=tuple(problems))

@@ -2,17 +2,16 @@
 from __future__ import annotations
 
 from pipeline.core.contracts import Trained, TrainDrafterConfig
-from pipeline.core.kinds import resolve
+from pipeline.core.kinds import DRAFTER_TRAINERS, resolve
 from workers.device import pick_device
-from workers.family import family_of
 from workers.models import load_target
 
 
 def run(config: TrainDrafterConfig, inputs: dict, *, num_gpus: float, progress) -> Trained:
     device = pick_device(num_gpus)
     target, tokenizer = load_target(config.target, inputs.get("target"), device)
-    family = family_of(config.drafter.kind)
-    train = resolve(family.trainer)  # the kind's code version lists both trainers' modules
+    family = config.drafter.kind
+    train = resolve(DRAFTER_TRAINERS[family])  # the job's code version covers this trainer's module
     files, metrics = train(target=target, tokenizer=tokenizer, spec=config.drafter, seed=config.seed,
                            device=device, progress=progress)
-    return Trained(family=family.name, metrics=metrics, files=files)
+    return Trained(family=family, metrics=metrics, files=files)

@@ -7,6 +7,8 @@ Create Date: 2026-12-01
 - curves.decode_accept_len: a decoder's tokens per target pass at each depth, the quantity the
   depth choice maximises. It used to be stored as a diagnostic named "decode_accept_len"; those
   rows move into the new column and leave the diagnostics table.
+- finished train_drafter results get the drafter `family` their job config names (autotune
+  asks the family how to serve a drafter; results stored before this revision lacked it).
 - tuned_configs.decode_accept_len, cost_model ("timed" or "leviathan") and pass_cost_json (the
   engine iteration at every depth in decode steps, when timed): the choice's inputs, kept with
   the decision so a production re-tune costs passes the way the offline choice did.
@@ -14,6 +16,8 @@ Columns are nullable: rows written before this revision have none of them. Writt
 rather than importing db.tables (see 0001).
 """
 from __future__ import annotations
+
+import json
 
 import sqlalchemy as sa
 from alembic import op
@@ -34,10 +38,27 @@ def upgrade() -> None:
         batch.add_column(sa.Column("decode_accept_len", sa.Float(), nullable=True))
     op.execute(f"UPDATE curves SET decode_accept_len = (SELECT value FROM diagnostics WHERE {_MATCH})")
     op.execute("DELETE FROM diagnostics WHERE name = 'decode_accept_len'")
+    _add_drafter_families()
     with op.batch_alter_table("tuned_configs") as batch:
         batch.add_column(sa.Column("decode_accept_len", sa.Float(), nullable=True))
         batch.add_column(sa.Column("cost_model", sa.String(TAG_LEN), nullable=True))
         batch.add_column(sa.Column("pass_cost_json", sa.Text(), nullable=True))
+
+
+def _add_drafter_families() -> None:
+    bind = op.get_bind()
+    jobs = sa.table("jobs", sa.column("id", sa.Integer), sa.column("kind", sa.String),
+                    sa.column("config_json", sa.Text), sa.column("result_json", sa.Text))
+    rows = bind.execute(sa.select(jobs.c.id, jobs.c.config_json, jobs.c.result_json)
+                        .where(jobs.c.kind == "train_drafter", jobs.c.result_json.is_not(None))).all()
+    for job_id, config_json, result_json in rows:
+        config, result = json.loads(config_json), json.loads(result_json)
+        drafter = config.get("drafter") if isinstance(config, dict) else None
+        if not isinstance(result, dict) or "family" in result or not isinstance(drafter, dict):
+            continue
+        result["family"] = drafter.get("kind", "eagle3")  # the spec's default family
+        bind.execute(sa.update(jobs).where(jobs.c.id == job_id)
+                     .values(result_json=json.dumps(result, sort_keys=True)))
 
 
 def downgrade() -> None:
