@@ -330,7 +330,8 @@ def drift(
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
 ):
-    """Drafters compared for attention drift: diagnostics by depth, accept_len by condition (Markdown)."""
+    """Drafters compared by depth (drift diagnostics; cond_accept, survival, accept_len, decode_accept_len) and
+    accept_len by condition, as Markdown tables."""
     from pipeline import findings
 
     store = _store(workdir, db)
@@ -346,11 +347,14 @@ def drift(
     from pipeline.core.types import DRIFT_NAMES
 
     for name in DRIFT_NAMES:
-        values = findings.by_depth(diags, name=name, condition=condition, temperature=t0)
+        values = findings.diagnostic_by_depth(diags, name=name, condition=condition, temperature=t0)
         if values:
             out.print(findings.markdown_depth_table(values, f"{name} ({condition}, T={t0:g})") + "\n", markup=False, soft_wrap=True)
-    values = findings.by_depth(curves, name="cond_accept", condition=condition, temperature=t0)
-    out.print(findings.markdown_depth_table(values, f"cond_accept ({condition}, T={t0:g})") + "\n", markup=False, soft_wrap=True)
+    for column in ("cond_accept", "survival", "accept_len", "decode_accept_len"):
+        values = findings.curve_by_depth(curves, column=column, condition=condition, temperature=t0)
+        if values:
+            out.print(findings.markdown_depth_table(values, f"{column} ({condition}, T={t0:g})") + "\n", markup=False,
+                      soft_wrap=True)
     for temperature in sorted({r["temperature"] for r in curves}):
         table = findings.accept_len_by_condition(curves, temperature=temperature, depth=depth)
         out.print(f"accept_len({depth}) by condition, T={temperature:g}, change against {conditions[0]}:", markup=False, soft_wrap=True)

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from pipeline.core.settings import PROMPT_CONDITIONS
+
 
 def ordered_conditions(rows) -> list[str]:
     """Conditions in the spec's canonical order: prompt formats first (the baseline leading), then noise."""
-    from pipeline.spec import PROMPT_CONDITIONS
-
     names = {r["condition"] for r in rows}
     return sorted(names, key=lambda c: (PROMPT_CONDITIONS.index(c) if c in PROMPT_CONDITIONS else 99, c))
 
@@ -30,19 +30,22 @@ def experiment_rows(store, experiment: str | None):
     return curves, diags
 
 
-def by_depth(rows, *, name: str, condition: str, temperature: float) -> dict[str, dict[int, float]]:
-    """pairing label -> depth -> value, for one diagnostic (or curve column) under one condition."""
+def diagnostic_by_depth(diags, *, name: str, condition: str, temperature: float) -> dict[str, dict[int, float]]:
+    """pairing label -> depth -> value of one drift diagnostic under one condition (depths >= 1)."""
+    rows = [r for r in diags if r["name"] == name and r["depth"] > 0]
+    return _by_depth(rows, "value", condition, temperature)
+
+
+def curve_by_depth(curves, *, column: str, condition: str, temperature: float) -> dict[str, dict[int, float]]:
+    """pairing label -> depth -> one curve column (cond_accept, survival, accept_len, decode_accept_len)."""
+    return _by_depth(curves, column, condition, temperature)
+
+
+def _by_depth(rows, column: str, condition: str, temperature: float) -> dict[str, dict[int, float]]:
     out: dict[str, dict[int, float]] = defaultdict(dict)
     for r in rows:
-        if r["condition"] != condition or r["temperature"] != temperature:
-            continue
-        if "name" in r:  # a diagnostics row: (name, value)
-            if r["name"] != name or r["depth"] == 0:
-                continue
-            value = r["value"]
-        else:  # a curve row: one column per metric
-            value = r[name]
-        out[f"{r['target']}/{r['drafter']}"][r["depth"]] = value
+        if r["condition"] == condition and r["temperature"] == temperature and r[column] is not None:
+            out[f"{r['target']}/{r['drafter']}"][r["depth"]] = r[column]
     return dict(out)
 
 
@@ -88,10 +91,12 @@ def plot_findings(curves, diags, *, condition: str, temperature: float, path: st
     from pipeline.report import pyplot, save_figure
 
     plt = pyplot()
-    panels = [("rms", diags), ("sink_attn", diags), ("recent_attn", diags), ("cond_accept", curves)]
+    where = {"condition": condition, "temperature": temperature}
+    panels = [(name, diagnostic_by_depth(diags, name=name, **where)) for name in ("rms", "sink_attn", "recent_attn")]
+    panels.append(("cond_accept", curve_by_depth(curves, column="cond_accept", **where)))
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
-    for ax, (name, rows) in zip(axes, panels):
-        for label, points in sorted(by_depth(rows, name=name, condition=condition, temperature=temperature).items()):
+    for ax, (name, values) in zip(axes, panels):
+        for label, points in sorted(values.items()):
             depths = sorted(points)
             ax.plot(depths, [points[d] for d in depths], "o-", ms=3, label=label.split("/", 1)[1])
         ax.set(xlabel="depth k", title=f"{name} ({condition}, T={temperature:g})")

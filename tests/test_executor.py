@@ -37,7 +37,9 @@ def answer(kind, config, inputs, *, num_cpus, num_gpus, progress):
         return c.Trained(family="eagle3" if kind == "train_drafter" else None, metrics={"val_loss": 1.0},
                          files={"config.json": kind.encode()})
     if kind == "measure_curve":
-        return c.Measured(curves=(CURVE,), per_prompt=((),), walks=((),))
+        rms = tuple(c.DiagnosticValue(condition="default", temperature=0.0, depth=k, name="rms", value=1.0 + k)
+                    for k in (1, 2))
+        return c.Measured(curves=(CURVE,), per_prompt=((),), walks=((),), diagnostics=rms)
     if kind == "profile_cost":
         return c.Profiled(cost=COST)
     if kind == "select_depth":
@@ -105,6 +107,30 @@ def test_the_plan_runs_in_process_and_lands_in_the_database_and_mlflow(env):
     assert set(mlflow_statuses(tmp_path)) == {"FINISHED"}
     _, again = run(env, failing(lambda kind, config: True))  # nothing runs: every job is reused
     assert len(again.cached) == 11 and not again.done
+
+
+def test_the_cli_reads_what_an_in_process_run_stored(env):
+    """`drift`, `best` and `speedups` answer from the database the run wrote (no Ray involved)."""
+    import json
+    import subprocess
+    import sys
+
+    tmp_path, _, _ = env
+    run(env, answer)
+
+    def cli(*args):
+        done = subprocess.run([sys.executable, "-m", "pipeline", *args, "--db", f"sqlite:///{tmp_path / 'specfleet.db'}"],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    drift = cli("drift", "--experiment", "inproc", "--depth", "2")
+    for title in ("rms (default, T=0)", "survival (default, T=0)", "decode_accept_len (default, T=0)"):
+        assert title in drift
+    assert "| t/pre | 1.700 | 2.000 |" in drift  # decode_accept_len at k = 1, 2
+    assert [r["decode_accept_len"] for r in json.loads(cli("best", "--json"))] == [1.7, 1.7]
+    speedups = cli("speedups")
+    assert "passed" in speedups and "chosen, best measured" in speedups
 
 
 def test_a_failed_job_fails_its_dependents_and_the_rest_goes_on_then_a_rerun_retries_it(env):
