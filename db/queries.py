@@ -42,26 +42,19 @@ WORKLOAD_KEYS = ("target", "drafter", "hardware", "condition")
 _VERSION_KEYS = ("version", "active", "source", "curve_job_hash", "cost_job_hash",
                  "drafter_job_hash", "notes", "decode_accept_len", "cost_model")
 BEST_KEYS = (*TUNED_KEYS[1:], "created_at", *_VERSION_KEYS, "schedule", "pass_cost", "job_hash")
-# The keys of a curve row (one stored depth of a measured curve); a curve row adds "job_hash".
-CURVE_KEYS = (
-    "depth", "cond_accept", "survival", "accept_len", "decode_accept_len", "target", "drafter", "condition",
-    "temperature",
-)
-# The keys of each diagnostic the store is given; a diagnostic row adds "job_hash".
-DIAGNOSTIC_KEYS = ("target", "drafter", "condition", "temperature", "depth", "name", "value")
-# The keys of each speedup check the store is given; a speedup row adds "job_hash".
-SPEEDUP_KEYS = (
-    "target",
-    "drafter",
-    "hardware",
-    "condition",
-    "temperature",
-    "depth",
-    "tokens_per_s",
-    "measured_speedup",
-    "predicted_speedup",
-    "engine_accept_len",
-)
+
+
+def _values_of(model: type) -> tuple[str, ...]:
+    """The columns of a table of measured values, less its own id and its job's: what a row is
+    given, read off the table itself so that the two cannot drift apart."""
+    return tuple(c.name for c in model.__table__.columns if c.name not in ("id", "job_id"))
+
+
+# The keys of each curve point, diagnostic and speedup point the store is given; a row read
+# back adds "job_hash".
+CURVE_KEYS = _values_of(CurvePoint)
+DIAGNOSTIC_KEYS = _values_of(Diagnostic)
+SPEEDUP_KEYS = _values_of(SpeedupPoint)
 
 
 def iso(moment: datetime | None) -> str | None:

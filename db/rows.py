@@ -9,8 +9,20 @@ from collections.abc import Iterable
 
 
 def curve_rows(target: str, drafter: str, curves: Iterable) -> list[tuple]:
-    """(target, drafter, Curve) per measured curve; the store writes one row per depth."""
+    """(target, drafter, Curve) per measured curve, as `Store.mark_done` takes them; it stores
+    each curve as the rows `curve_points` gives."""
     return [(target, drafter, curve) for curve in curves]
+
+
+def curve_points(target: str, drafter: str, curve) -> list[dict]:
+    """One row per depth 1..max_depth of a Curve; depth 0 (accept_len 1, no draft) is implied."""
+    return [
+        {"target": target, "drafter": drafter, "condition": curve.condition, "temperature": curve.temperature,
+         "depth": depth, "cond_accept": curve.cond_accept[depth - 1], "survival": curve.survival[depth - 1],
+         "accept_len": curve.accept_len[depth],
+         "decode_accept_len": curve.decode_accept_len[depth] if curve.decode_accept_len else None}
+        for depth in range(1, curve.max_depth + 1)
+    ]
 
 
 def diagnostic_rows(target: str, drafter: str, diagnostics: Iterable) -> list[dict]:

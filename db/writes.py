@@ -17,7 +17,9 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from db.errors import StoreError
+from db.rows import curve_points
 from db.queries import (
+    CURVE_KEYS,
     DIAGNOSTIC_KEYS,
     SPEEDUP_KEYS,
     TUNED_KEYS,
@@ -39,7 +41,10 @@ from db.tables import (
 if TYPE_CHECKING:  # only read through attributes, so db does not import pipeline at runtime
     from pipeline.core.types import Curve
 
-# The longest string each text column of a diagnostic takes, and its number columns.
+# The longest string each text column of a curve point takes, and its number columns.
+_CURVE_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN}
+_CURVE_NUMBERS = ("temperature", "cond_accept", "survival", "accept_len")
+# The same for a diagnostic.
 _DIAGNOSTIC_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN, "name": TAG_LEN}
 _DIAGNOSTIC_NUMBERS = ("value", "temperature")
 # The same for a speedup check.
@@ -89,28 +94,22 @@ def replace_curves(
 def _curve_rows(job_id: int, target: str, drafter: str, curve: Curve) -> list[CurvePoint]:
     depths = curve.max_depth
     walked = len(curve.decode_accept_len)
+    where = f"curve {target}/{drafter} ({curve.condition}, T={curve.temperature})"
     if len(curve.cond_accept) != depths or len(curve.accept_len) != depths + 1 or walked not in (0, depths + 1):
         raise StoreError(
-            f"curve {target}/{drafter} ({curve.condition}, T={curve.temperature}): need "
-            f"max_depth={depths} cond_accept and survival values and {depths + 1} accept_len "
+            f"{where}: need max_depth={depths} cond_accept and survival values and {depths + 1} accept_len "
             f"(and decode_accept_len, if any) values, got {len(curve.cond_accept)}, {depths}, "
             f"{len(curve.accept_len)}, {walked}"
         )
-    return [
-        CurvePoint(
-            job_id=job_id,
-            target=target,
-            drafter=drafter,
-            condition=curve.condition,
-            temperature=curve.temperature,
-            depth=depth,
-            cond_accept=curve.cond_accept[depth - 1],
-            survival=curve.survival[depth - 1],
-            accept_len=curve.accept_len[depth],
-            decode_accept_len=curve.decode_accept_len[depth] if curve.decode_accept_len else None,
-        )
-        for depth in range(1, depths + 1)
-    ]
+    rows = []
+    for entry in curve_points(target, drafter, curve):
+        walk = entry.pop("decode_accept_len")
+        values = _checked_row(entry, where, keys=tuple(k for k in CURVE_KEYS if k != "decode_accept_len"),
+                              text=_CURVE_TEXT, numbers=_CURVE_NUMBERS)
+        if walk is not None:
+            values["decode_accept_len"] = _checked_number(walk, "decode_accept_len", where)
+        rows.append(CurvePoint(job_id=job_id, **values))
+    return rows
 
 
 def replace_diagnostics(session: Session, job: Job, diagnostics: Sequence[dict]) -> None:

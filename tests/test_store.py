@@ -5,6 +5,7 @@ PostgreSQL comes from SPECFLEET_TEST_PG_URL (default: trust auth on 127.0.0.1:54
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import uuid
@@ -432,6 +433,13 @@ BROKEN_DONE = {
         lambda a: {**a, "curves": [a["curves"][0], a["curves"][0]]}, "mark_done refused"
     ),
     "curve-not-a-triple": (lambda a: {**a, "curves": [_curve((0.9,))]}, r"curves\[0\]"),
+    "curve-not-finite": (
+        lambda a: {**a, "curves": [("t", "d", _curve((float("nan"), 0.5)))]}, "cond_accept must be a finite"
+    ),
+    "curve-walk-too-short": (
+        lambda a: {**a, "curves": [("t", "d", dataclasses.replace(_curve((0.9, 0.5)), decode_accept_len=(1.0,)))]},
+        "decode_accept_len, if any",
+    ),
 }
 
 
