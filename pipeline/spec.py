@@ -13,7 +13,7 @@ from typing import Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
-from pipeline.core.kinds import JOB_KINDS
+from pipeline.core.kinds import JOB_KINDS, KINDS
 from pipeline.core.settings import (
     DRAFTER_KINDS, Cost, DrafterSpec, Evaluation, Pairing, Resources, Strict, Target, Validation,
 )
@@ -22,7 +22,7 @@ from pipeline.yaml_lines import line_of
 
 
 def _default_resources() -> dict[str, Resources]:
-    return {k: Resources() for k in JOB_KINDS}
+    return {name: kind.resources for name, kind in KINDS.items()}
 
 
 class ExperimentSpec(Strict):
@@ -44,7 +44,7 @@ class ExperimentSpec(Strict):
         return value
 
     def resources_for(self, kind: str) -> Resources:
-        return self.resources.get(kind, Resources())
+        return self.resources.get(kind, KINDS[kind].resources)
 
     def pairing_list(self) -> list[tuple[Target, DrafterSpec]]:
         """The (target, drafter) pairs to run, in spec order."""

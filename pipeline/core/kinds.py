@@ -2,7 +2,8 @@
 
 A kind is its typed config and result, the inputs it takes (results of other kinds), the
 function that runs it on a worker, the function that records its result on the driver, the
-modules its code version starts from, and which of its resources change its result. The
+modules its code version starts from, its default resources and which of its resources
+change its result. The
 planner, the executor, the recorder and the code versions all read this table; adding a
 kind is adding one entry here and the modules it names.
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pipeline.core import contracts as c
+from pipeline.core.settings import Resources
 
 
 # How each drafter family is trained: a train_drafter job runs (and its code version covers)
@@ -45,6 +47,8 @@ class JobKind:
     placement: Literal["none", "device", "timed"]
     # modules a job runs because of its config (a drafter family's trainer), beside `code`
     config_code: Callable[[c.JobConfig], tuple[str, ...]] | None = None
+    # what one job asks the cluster for unless the spec's `resources.<kind>` says otherwise
+    resources: Resources = Resources()
 
     def code_of(self, config: c.JobConfig) -> tuple[str, ...]:
         """The modules one job of this kind runs: the kind's, and those its config selects."""
