@@ -40,7 +40,7 @@ class JobKind:
     result: type[c.Contract]
     inputs: dict[str, type[c.Contract]]  # input name -> the result type it carries (each optional)
     run: str  # "module:function(config, inputs, *, num_gpus, progress) -> result", on a worker
-    record: str  # "module:function(job, result, ctx) -> None", on the driver
+    record: str  # "module:function(job, result, recording) -> None", on the driver (pipeline/record.py)
     code: tuple[str, ...]  # modules whose source, with everything they import, is the code version
     # what of the job's resources changes its result: nothing, the device kind (dtype and
     # numerics), or the whole placement (timings)
