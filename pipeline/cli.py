@@ -101,7 +101,7 @@ def run(
         if rows:
             from pipeline.report import best_table
 
-            out.print(best_table(rows))
+            out.print(best_table(rows, versioned=False))
         checks = _speedup_checks(plan, store)
         if checks:
             from pipeline.report import speedup_table
@@ -181,7 +181,7 @@ def best(
         store.close()
     from pipeline.report import best_table
 
-    _show(rows, as_json, "no tuned configs yet: run `specfleet run SPEC` first", lambda: best_table(rows))
+    _show(rows, as_json, "no tuned configs yet: run `specfleet run SPEC` first", lambda: best_table(rows, versioned=True))
 
 
 def _show(rows: list[dict], as_json: bool, none_yet: str, table) -> None:

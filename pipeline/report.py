@@ -84,9 +84,10 @@ def plot_drift(rows, path: str | Path, title: str) -> Path:
     return save_figure(fig, path, title)
 
 
-def best_table(rows: list[dict]) -> Table:
+def best_table(rows: list[dict], *, versioned: bool) -> Table:
+    """The chosen depth per pairing; `versioned` adds the tuned-config version and its source
+    (rows from the database's `best`, not a run's own choices)."""
     table = Table(title="best depth per pairing")
-    versioned = any("version" in r for r in rows)
     cols = ("target", "drafter", "hardware", "depth", "accept_len", "speedup", "cost_ratio")
     for col in cols + (("version", "source") if versioned else ()):
         table.add_column(col, justify="right" if col in ("depth", "accept_len", "speedup", "cost_ratio") else "left")
@@ -94,7 +95,7 @@ def best_table(rows: list[dict]) -> Table:
         cells = [r["target"], r["drafter"], r["hardware"], str(r["depth"]),
                  f"{r['accept_len']:.3f}", f"{r['speedup']:.3f}x", f"{r['cost_ratio']:.3f}"]
         if versioned:
-            cells += [f"v{r['version']}" + ("" if r.get("active", True) else " (old)"), r.get("source", "")]
+            cells += [f"v{r['version']}" + ("" if r["active"] else " (old)"), r["source"]]
         table.add_row(*cells)
     return table
 
