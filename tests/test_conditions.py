@@ -4,17 +4,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.core import contracts as c
+from pipeline.core.contracts import TargetRef, TrainTargetConfig
 from pipeline.core.settings import CostTiming, Eagle3DrafterSpec, Evaluation, StandaloneDrafterSpec
 from workers.chat import ASSISTANT, END, SYSTEM, USER, render, samples
 from workers.jobs.run import run_job
 from workers.prompts import build_prompts
 
-CHAT_TARGET = c.TrainTargetConfig(
+CHAT_TARGET = TrainTargetConfig(
     builtin={"layers": 4, "hidden_size": 64, "heads": 4, "intermediate_size": 128, "vocab_size": 400,
              "corpus": "chat", "train": {"steps": 30, "lr": 3e-3, "batch_size": 8, "seq_len": 64}},
     seed=0, device="cpu")
-TARGET = c.TargetRef(name="chat", dtype="float32")
+TARGET = TargetRef(name="chat", dtype="float32")
 CONDITIONS = ["template+bos", "template_no_bos", "no_template", "no_template_no_bos", "long_context",
               "hidden_noise@0", "hidden_noise@2", "embedding_noise@0.5"]
 CONDITION_SPECS = CONDITIONS[:5] + [{"noise": "hidden", "a": 0}, {"noise": "hidden", "a": 2},
@@ -29,8 +29,9 @@ def chat_target():
 
 
 def _run(kind: str, inputs: dict, **fields):
-    config = c.__dict__[{"train_drafter": "TrainDrafterConfig", "measure_curve": "MeasureCurveConfig",
-                         "profile_cost": "ProfileCostConfig"}[kind]]
+    from pipeline.core.kinds import KINDS
+
+    config = KINDS[kind].config
     placement = {"num_cpus": 2, "num_gpus": 0} if kind == "profile_cost" else {}
     return run_job(kind, config(seed=0, device="cpu", target=TARGET, **placement, **fields), inputs, num_cpus=2,
                    num_gpus=0)
@@ -113,10 +114,10 @@ def test_batched_standalone_chains_equal_the_engine_proposer():
     seq = torch.randint(3, 50, (1, 20))
     starts = list(range(5, 14))
     drafts, _ = draft_chains_with_model(model, seq, starts, 4, 0.0, None)
-    for n, c in enumerate(starts):
+    for n, start in enumerate(starts):
         proposer = ModelProposer(model)
-        proposer.start(seq[0, : c + 2].tolist())
-        assert proposer.propose(4, 0.0, None)[0] == drafts[n].tolist(), c
+        proposer.start(seq[0, : start + 2].tolist())
+        assert proposer.propose(4, 0.0, None)[0] == drafts[n].tolist(), start
     gaps = [5, 9, 16]  # chain starts need not be neighbours
     sparse, _ = draft_chains_with_model(model, seq, gaps, 4, 0.0, None)
     assert [sparse[n].tolist() for n in range(3)] == [drafts[starts.index(c)].tolist() for c in gaps[:2]] + [

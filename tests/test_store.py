@@ -142,6 +142,13 @@ def _status(store: Store, job_hash: str) -> dict:
     (job,) = [j for j in store.jobs() if j["job_hash"] == job_hash]
     return job
 
+def engine_for(db_url: str):
+    """A raw engine on the test database (its SQLite folder made first), for migration tests."""
+    url = make_url(db_url)
+    if url.get_backend_name() == "sqlite":
+        os.makedirs(os.path.dirname(url.database), exist_ok=True)
+    return create_engine(db_url)
+
 
 def test_opening_twice_upgrades_once_and_keeps_rows(db_url: str) -> None:
     first = Store(db_url)
@@ -479,10 +486,7 @@ def test_failed_repeat_of_mark_done_keeps_the_earlier_rows(store: Store) -> None
 
 
 def test_database_at_revision_0001_upgrades_in_place(db_url: str) -> None:
-    url = make_url(db_url)
-    if url.get_backend_name() == "sqlite":
-        os.makedirs(os.path.dirname(url.database), exist_ok=True)
-    engine = create_engine(db_url)
+    engine = engine_for(db_url)
     with engine.begin() as connection:
         command.upgrade(alembic_config(connection), "0001")
         assert "diagnostics" not in inspect(connection).get_table_names()

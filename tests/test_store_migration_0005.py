@@ -6,13 +6,12 @@ PostgreSQL database.
 from __future__ import annotations
 
 import json
-import os
 
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, insert, make_url, select
-from test_store import db_url  # noqa: F401 (a fixture)
+from sqlalchemy import insert, select
+from test_store import db_url, engine_for  # noqa: F401 (db_url is a fixture)
 
 from db.migrate import alembic_config, current_revision, head_revision
 from db.store import Store
@@ -20,10 +19,7 @@ from db.tables import Base, CurvePoint, Diagnostic, Job, utc_now
 
 
 def test_database_at_0004_moves_decode_accept_len_into_curves_and_back(db_url: str) -> None:
-    url = make_url(db_url)
-    if url.get_backend_name() == "sqlite":
-        os.makedirs(os.path.dirname(url.database), exist_ok=True)
-    engine = create_engine(db_url)
+    engine = engine_for(db_url)
     with engine.begin() as connection:
         command.upgrade(alembic_config(connection), "0004")
         job_id = connection.execute(insert(Job.__table__).values(

@@ -7,15 +7,15 @@ fresh PostgreSQL database.
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, insert, inspect, make_url
+from sqlalchemy import create_engine, insert, inspect
 from sqlalchemy.exc import IntegrityError
 from test_store import (  # noqa: F401 (db_url and store are fixtures)
+    engine_for,
     _curve,
     _diag,
     _experiment,
@@ -210,10 +210,7 @@ def test_database_refuses_bad_speedup_rows_itself(store: Store, db_url: str) -> 
 
 
 def test_database_at_revision_0003_upgrades_to_0004_and_back(db_url: str) -> None:
-    url = make_url(db_url)
-    if url.get_backend_name() == "sqlite":
-        os.makedirs(os.path.dirname(url.database), exist_ok=True)
-    engine = create_engine(db_url)
+    engine = engine_for(db_url)
     with engine.begin() as connection:
         command.upgrade(alembic_config(connection), "0003")
         assert "speedup_checks" not in inspect(connection).get_table_names()

@@ -5,15 +5,15 @@ test_store.py, so these tests run on the same SQLite file and fresh PostgreSQL d
 """
 from __future__ import annotations
 
-import os
 
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import column, create_engine, insert, make_url, select, table, update
+from sqlalchemy import column, create_engine, insert, select, table, update
 from sqlalchemy.exc import IntegrityError
 from test_store import (  # noqa: F401 (db_url and store are fixtures)
+    engine_for,
     BEST_KEYS,
     _experiment,
     _link,
@@ -180,10 +180,7 @@ def test_database_refuses_a_second_active_version(store: Store, db_url: str) -> 
 
 
 def test_database_at_revision_0002_upgrades_tuned_rows_to_version_1(db_url: str) -> None:
-    url = make_url(db_url)
-    if url.get_backend_name() == "sqlite":
-        os.makedirs(os.path.dirname(url.database), exist_ok=True)
-    engine = create_engine(db_url)
+    engine = engine_for(db_url)
     with engine.begin() as connection:
         command.upgrade(alembic_config(connection), "0002")
         experiment = {"name": "old", "spec_hash": "spec-1", "spec_yaml": "name: old\n",

@@ -14,7 +14,6 @@ import dataclasses
 import torch
 
 from pipeline.core.acceptance import curve_from_accepted, curve_from_sampled, decode_walk, walk_accept_len
-from pipeline.core.types import Curve
 from workers.features import cached_forward_states, last_logits
 from workers.noise import Noise, parse_noise
 from workers.prompts import build_prompts
