@@ -101,15 +101,11 @@ def _curve_rows(job_id: int, target: str, drafter: str, curve: Curve) -> list[Cu
             f"(and decode_accept_len, if any) values, got {len(curve.cond_accept)}, {depths}, "
             f"{len(curve.accept_len)}, {walked}"
         )
-    rows = []
-    for entry in curve_points(target, drafter, curve):
-        walk = entry.pop("decode_accept_len")
-        values = _checked_row(entry, where, keys=tuple(k for k in CURVE_KEYS if k != "decode_accept_len"),
-                              text=_CURVE_TEXT, numbers=_CURVE_NUMBERS)
-        if walk is not None:
-            values["decode_accept_len"] = _checked_number(walk, "decode_accept_len", where)
-        rows.append(CurvePoint(job_id=job_id, **values))
-    return rows
+    return [
+        CurvePoint(job_id=job_id, **_checked_row(entry, where, keys=CURVE_KEYS, text=_CURVE_TEXT,
+                                                 numbers=_CURVE_NUMBERS, optional=("decode_accept_len",)))
+        for entry in curve_points(target, drafter, curve)
+    ]
 
 
 def replace_diagnostics(session: Session, job: Job, diagnostics: Sequence[dict]) -> None:
@@ -152,10 +148,11 @@ def _checked_row(
     keys: Sequence[str],
     text: dict[str, int],
     numbers: Sequence[str],
+    optional: Sequence[str] = (),
 ) -> dict:
     """The column values of ``entry``, which needs exactly ``keys``; refused with StoreError
-    unless each ``text`` key is a string within its length, depth an integer >= 0, and each
-    ``numbers`` key a finite number."""
+    unless each ``text`` key is a string within its length, depth an integer >= 0, each
+    ``numbers`` key a finite number and each ``optional`` key one or None."""
     if not isinstance(entry, dict):
         raise StoreError(f"{where}: need a dict, got {type(entry).__name__}")
     missing = [key for key in keys if key not in entry]
@@ -168,6 +165,7 @@ def _checked_row(
         **entry,
         "depth": _checked_depth(entry["depth"], where),
         **{key: _checked_number(entry[key], key, where) for key in numbers},
+        **{key: _checked_number(entry[key], key, where) for key in optional if entry[key] is not None},
     }
 
 

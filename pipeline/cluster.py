@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import ray
 
-from pipeline.errors import ResourceError, UserError
+from pipeline.errors import UserError
+from pipeline.executor import fit_on_nodes
 
 
 @ray.remote(num_cpus=0)
@@ -114,25 +115,5 @@ def connect(address: str | None) -> RayCluster:
 
 
 def check_resources(requests: dict[str, tuple[float, float]]) -> str:
-    """Refuse requests no single alive node can satisfy (Ray would wait forever for them).
-
-    requests: job kind -> (num_cpus, num_gpus). Returns a one-line description of the cluster.
-    """
-    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    total_cpu = sum(n.get("CPU", 0) for n in nodes)
-    total_gpu = sum(n.get("GPU", 0) for n in nodes)
-    about = f"{len(nodes)} node(s), {total_cpu:g} CPU, {total_gpu:g} GPU in all"
-    max_cpu = max((n.get("CPU", 0) for n in nodes), default=0)
-    max_gpu = max((n.get("GPU", 0) for n in nodes), default=0)
-    for kind, (cpus, gpus) in sorted(requests.items()):
-        if gpus > max_gpu:
-            raise ResourceError(
-                f"resources.{kind}.num_gpus: a {kind} job asks for {gpus:g} GPU(s) but the largest node "
-                f"has {max_gpu:g} (cluster: {about})"
-            )
-        if cpus > max_cpu:
-            raise ResourceError(
-                f"resources.{kind}.num_cpus: a {kind} job asks for {cpus:g} CPU(s) but the largest node "
-                f"has {max_cpu:g} (cluster: {about})"
-            )
-    return about
+    """Refuse requests no single alive node can satisfy (Ray would wait forever for them)."""
+    return fit_on_nodes(requests, [n["Resources"] for n in ray.nodes() if n.get("Alive")])

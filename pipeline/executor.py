@@ -19,6 +19,7 @@ from typing import Protocol
 
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.kinds import resolve
+from pipeline.errors import ResourceError
 from pipeline.plan import Job, Plan
 from pipeline.progress import ProgressView
 from pipeline.record import Recording, finished, with_files
@@ -37,6 +38,26 @@ class Cluster(Protocol):
     def progress(self) -> dict[str, dict]: ...  # job hash -> {"started": ..., "step": ...}
     def cancel(self, refs: list) -> None: ...
     def close(self) -> None: ...
+
+
+def fit_on_nodes(requests: dict[str, tuple[float, float]], nodes: list[dict]) -> str:
+    """Refuse a request no single node can meet: a cluster would wait for it forever.
+
+    requests: job kind -> (num_cpus, num_gpus); nodes: each node's {"CPU": n, "GPU": n}.
+    Returns a one-line description of the cluster.
+    """
+    total_cpu = sum(n.get("CPU", 0) for n in nodes)
+    total_gpu = sum(n.get("GPU", 0) for n in nodes)
+    about = f"{len(nodes)} node(s), {total_cpu:g} CPU, {total_gpu:g} GPU in all"
+    largest = {"CPU": max((n.get("CPU", 0) for n in nodes), default=0),
+               "GPU": max((n.get("GPU", 0) for n in nodes), default=0)}
+    for kind, (cpus, gpus) in sorted(requests.items()):
+        for key, asked in (("GPU", gpus), ("CPU", cpus)):
+            if asked > largest[key]:
+                raise ResourceError(
+                    f"resources.{kind}.num_{key.lower()}s: a {kind} job asks for {asked:g} {key}(s) but the "
+                    f"largest node has {largest[key]:g} (cluster: {about})")
+    return about
 
 
 @dataclass
@@ -60,6 +81,10 @@ class Context:
     experiment_id: int = 0
     mlflow_experiment: str = ""
     parent_run: str = ""
+    jobs: dict[str, Job] = field(default_factory=dict)  # the plan's jobs by hash
+
+    def __post_init__(self):
+        self.jobs = self.plan.by_hash()
 
 
 def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workdir: Path,
@@ -133,7 +158,7 @@ def _reusable(ctx: Context) -> dict[str, object]:
 
 
 def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, console) -> None:
-    jobs = ctx.plan.by_hash()
+    jobs = ctx.jobs
     submitted: dict[str, object] = {}  # job hash -> result ref of a job that runs now
     reused_refs: dict[str, object] = {}  # job hash -> ref of a reused result handed to the cluster
     runs: dict[str, str] = {}
@@ -198,7 +223,7 @@ def _finish(ctx: Context, cl: Cluster, job: Job, ref, runs: dict, summary: RunSu
     if job.hash not in runs:  # finished between two polls of the progress board
         runs[job.hash] = _start_run(ctx, job)
     run_id = runs[job.hash]
-    unrecorded = [ctx.plan.by_hash()[h].name for _, h in job.deps if h in summary.failed]
+    unrecorded = [ctx.jobs[h].name for _, h in job.deps if h in summary.failed]
     if unrecorded:  # it ran on an input that was never recorded: recording it would orphan it
         _record_failure(ctx, job.hash, runs, summary, f"not recorded: its input {unrecorded[0]} failed to record")
         return
@@ -207,7 +232,7 @@ def _finish(ctx: Context, cl: Cluster, job: Job, ref, runs: dict, summary: RunSu
         if not isinstance(result, kind.result):
             raise TypeError(f"{job.kind} returned {type(result).__name__}, not {kind.result.__name__}")
         rec = Recording(ctx.tracker, ctx.store, run_id, ctx.checkpoints, ctx.experiment_id, ctx.plan.spec_hash,
-                        ctx.plan.code_version, ctx.plan.by_hash())
+                        ctx.plan.code_version, ctx.jobs)
         resolve(kind.record)(job, result, rec)
     except Exception as exc:  # the job ran but could not be recorded: it stays not done, so it reruns
         _record_failure(ctx, job.hash, runs, summary, f"recording failed: {_one_line(exc)}")

@@ -43,15 +43,9 @@ class LocalCluster:
         self.closed = False
 
     def check_resources(self, requests: dict[str, tuple[float, float]]) -> str:
-        from pipeline.errors import ResourceError
+        from pipeline.executor import fit_on_nodes
 
-        about = f"1 node (in-process), {self.cpus:g} CPU, {self.gpus:g} GPU"
-        for kind, (cpus, gpus) in sorted(requests.items()):
-            for what, asked, have in (("num_gpus", gpus, self.gpus), ("num_cpus", cpus, self.cpus)):
-                if asked > have:
-                    raise ResourceError(f"resources.{kind}.{what}: a {kind} job asks for {asked:g} but this "
-                                        f"process has {have:g} (cluster: {about})")
-        return about
+        return fit_on_nodes(requests, [{"CPU": self.cpus, "GPU": self.gpus}])
 
     def submit(self, job, deps: dict) -> LocalRef:
         ref = LocalRef(job=job, deps=dict(deps))

@@ -76,19 +76,16 @@ class EagleFamily:
 
     def export(self, checkpoint: Path, out: Path) -> tuple[str, str]:
         """(folder, vLLM method): the drafter written once in the EAGLE-3 layout engines load."""
-        import tempfile
-
         import torch
 
-        from pipeline.core.files import pack_dir, write_dir
+        from pipeline.core.files import pack_dir, staged_dir
         from pipeline.core.kinds import resolve
 
         # named, not imported: exporting is the driver's business, no job's code version covers it
         export_eagle3 = resolve("workers.export:export_eagle3")
         if not out.is_dir():  # written whole or not at all: a crash leaves no half export to reuse
-            with tempfile.TemporaryDirectory(dir=_parent(out)) as tmp:
+            with staged_dir(out) as tmp:
                 export_eagle3(load_eagle3(pack_dir(checkpoint), device="cpu", dtype=torch.float32), tmp)
-                write_dir(pack_dir(tmp), out)
         return str(out.resolve()), "eagle3"
 
 
@@ -126,11 +123,6 @@ class StandaloneFamily:
     def export(self, checkpoint: Path, out: Path) -> tuple[str, str]:
         """A draft model is served from its Hugging Face folder as it is."""
         return str(checkpoint.resolve()), "draft_model"
-
-
-def _parent(folder: Path) -> Path:
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    return folder.parent
 
 
 FAMILIES = {f.name: f for f in (EagleFamily(), StandaloneFamily())}

@@ -12,6 +12,8 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 Files = dict[str, bytes]
@@ -30,21 +32,19 @@ def files_hash(files: Files) -> str:
     return h.hexdigest()
 
 
-def write_dir(files: Files, folder: str | Path) -> Path:
-    """Write `files` as `folder`, atomically; a folder already there is kept as it is.
+@contextmanager
+def staged_dir(folder: str | Path) -> Iterator[Path]:
+    """A temporary sibling of `folder` to fill; it becomes `folder` when the block ends cleanly.
 
-    Callers name folders by content (a job hash, a files hash), so an existing folder holds
-    the same bytes: the first writer wins and later ones discard their copy.
+    Callers name folders by content (a job hash, a files hash), so a folder already there holds
+    the same bytes: the first writer wins and later ones discard their copy. On an error the
+    partial copy is removed and `folder` is untouched.
     """
     folder = Path(folder)
-    if folder.is_dir():
-        return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.part-"))
     try:
-        for name, blob in files.items():
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / name).write_bytes(blob)
+        yield tmp
         try:
             tmp.rename(folder)
         except OSError:
@@ -53,6 +53,17 @@ def write_dir(files: Files, folder: str | Path) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_dir(files: Files, folder: str | Path) -> Path:
+    """Write `files` as `folder`, atomically; a folder already there is kept as it is."""
+    folder = Path(folder)
+    if folder.is_dir():
+        return folder
+    with staged_dir(folder) as tmp:
+        for name, blob in files.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_bytes(blob)
     return folder
 
 
