@@ -104,7 +104,7 @@ def from_metrics(store, sources: list[str], *, model_name: str | None, drafter: 
             raise UserError(f"--cost-ratio: no stored cost table for {target}/{drafter}; give the ratio")
         cost_ratio = offline[0]["cost_ratio"]
         hardware = hardware or offline[0]["hardware"]
-        curve, pass_cost, cost_note = _timed_passes(store, offline[0], curve, cost_ratio)
+        curve, pass_cost, cost_note = _timed_passes(offline[0], curve, cost_ratio)
     choice = choose_depth(curve, cost_ratio, pass_cost=pass_cost)
     version = store.add_production_config(
         target=target, drafter=drafter, hardware=hardware or "production", condition=curve.condition,
@@ -117,23 +117,17 @@ def from_metrics(store, sources: list[str], *, model_name: str | None, drafter: 
     return row, _drift_report(store, target, drafter, curve)
 
 
-def _timed_passes(store, row: dict, curve, cost_ratio: float):
-    """(curve, pass_cost, note): the pass costs the offline choice used, stored with its tuned config
-    (with the cost job's timings for versions stored before that); depths beyond those timed are
-    dropped. Leviathan's model at the stored ratio when the offline choice used that."""
-    pass_cost, source = row.get("pass_cost"), "the offline choice's timed engine iterations"
-    if row.get("cost_model") is None and row.get("cost_job_hash"):  # stored before cost models were kept
-        from pipeline.record import finished
-
-        profiled = finished(store, "profile_cost", row["cost_job_hash"])
-        pass_cost = profiled.cost.pass_cost if profiled is not None else None
-        source = f"timed engine iterations of cost job {row['cost_job_hash'][:10]}"
-    if row.get("cost_model") == "leviathan" or not pass_cost or len(pass_cost) < 2:
+def _timed_passes(row: dict, curve, cost_ratio: float):
+    """(curve, pass_cost, note): the pass costs the offline choice used, as stored with its tuned
+    config; depths beyond those timed are dropped. Leviathan's model at the stored ratio when the
+    offline choice used that (or recorded no cost model)."""
+    pass_cost = row.get("pass_cost")
+    if row.get("cost_model") != "timed" or not pass_cost or len(pass_cost) < 2:
         return curve, None, f"Leviathan's model at the stored c = {cost_ratio:.3f}"
     depth = min(curve.max_depth, len(pass_cost) - 1)
     cut = dataclasses.replace(curve, cond_accept=curve.cond_accept[:depth], survival=curve.survival[:depth],
                               accept_len=curve.accept_len[: depth + 1])
-    return cut, list(pass_cost[: depth + 1]), source
+    return cut, list(pass_cost[: depth + 1]), "the offline choice's timed engine iterations"
 
 
 def _drift_report(store, target: str, drafter: str, curve) -> str:

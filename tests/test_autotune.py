@@ -112,14 +112,14 @@ def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
 
     store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
     exp = store.ensure_experiment(name="e", spec_hash="s", spec_yaml="name: e\n", code_version="v")
+    timed = Profiled(cost=CostProfile("cpu 2t x1 float32", 1.0, 4.0, 6.8, pass_ms=(4.0, 6.0, 6.4, 6.8)))
     for job_hash, kind, result, tuned in (
-        ("cost-1", "profile_cost", Profiled(cost=CostProfile("cpu 2t x1 float32", 1.0, 4.0, 6.8,
-                                                             pass_ms=(4.0, 6.0, 6.4, 6.8))).model_dump(mode="json"),
-         None),
+        ("cost-1", "profile_cost", timed.model_dump(mode="json"), None),
         ("select-1", "select_depth", {}, dict(
             experiment_id=exp, target=MODEL, drafter="eagle3-prod", hardware="cpu 2t x1 float32",
             condition="zdefault", temperature=0.0, depth=1, accept_len=1.6, speedup=1.07, cost_ratio=0.25,
-            spec_hash="s", code_version="v", mlflow_run_id="r", cost_job_hash="cost-1")),
+            spec_hash="s", code_version="v", mlflow_run_id="r", cost_job_hash="cost-1", cost_model="timed",
+            pass_cost=timed.cost.pass_cost)),
     ):
         store.link_job(exp, job_hash=job_hash, kind=kind, name=job_hash, config={})
         store.mark_running(job_hash, mlflow_run_id=None)

@@ -15,7 +15,7 @@ from test_store import db_url, engine_for  # noqa: F401 (db_url is a fixture)
 
 from db.migrate import alembic_config, current_revision, head_revision
 from db.store import Store
-from db.tables import Base, CurvePoint, Diagnostic, Job, utc_now
+from db.tables import Base, CurvePoint, Diagnostic, Experiment, Job, TunedConfig, utc_now
 
 
 def test_database_at_0004_moves_decode_accept_len_into_curves_and_back(db_url: str) -> None:
@@ -38,6 +38,7 @@ def test_database_at_0004_moves_decode_accept_len_into_curves_and_back(db_url: s
                 job_hash=name, kind="train_drafter", name=name, status="done", attempts=1,
                 config_json=json.dumps({"drafter": drafter, "seed": 0}),
                 result_json=json.dumps({"checkpoint_dir": "/x", "metrics": {}}), created_at=utc_now()))
+        _offline_choices_at_0004(connection)
 
     with Store(db_url) as store:  # opening upgrades to the head revision
         curve = store.curve_rows()
@@ -47,6 +48,10 @@ def test_database_at_0004_moves_decode_accept_len_into_curves_and_back(db_url: s
         # trained drafters learn their family from their job config
         families = {h: store.finished_result(h)["family"] for h in ("old-eagle", "old-small", "old-default")}
         assert families == {"old-eagle": "eagle3", "old-small": "standalone", "old-default": "eagle3"}
+        # offline versions learn the choice's inputs from their select job and its cost job
+        inputs = {r["drafter"]: (r["cost_model"], r["decode_accept_len"], r["pass_cost"]) for r in store.best()}
+        assert inputs == {"timed": ("timed", 1.6, [1.0, 1.5, 2.0]), "given": ("leviathan", 1.7, None),
+                          "older": (None, None, None)}
 
     with engine.begin() as connection:
         assert current_revision(connection) == head_revision()
@@ -57,3 +62,23 @@ def test_database_at_0004_moves_decode_accept_len_into_curves_and_back(db_url: s
         assert [tuple(n) for n in names] == [("decode_accept_len", 1.5), ("decode_accept_len", 1.7), ("rms", 1.1)]
         command.upgrade(alembic_config(connection), "head")
     engine.dispose()
+
+
+def _offline_choices_at_0004(connection) -> None:
+    """Three offline versions at revision 0004: a timed choice, a spec-given ratio, one older still."""
+    experiment = connection.execute(insert(Experiment.__table__).values(
+        name="e", spec_hash="s", spec_yaml="name: e\n", code_version="v", created_at=utc_now())
+        .returning(Experiment.id)).scalar_one()
+    connection.execute(insert(Job.__table__).values(
+        job_hash="cost-t", kind="profile_cost", name="cost-t", status="done", attempts=1, config_json="{}",
+        result_json=json.dumps({"cost": {"pass_ms": [4.0, 6.0, 8.0]}}), created_at=utc_now()))
+    for drafter, choice in (("timed", {"cost_model": "timed", "decode_accept_len": 1.6}),
+                            ("given", {"cost_model": "leviathan", "decode_accept_len": 1.7}), ("older", {})):
+        job_id = connection.execute(insert(Job.__table__).values(
+            job_hash=f"select-{drafter}", kind="select_depth", name=drafter, status="done", attempts=1,
+            config_json="{}", result_json=json.dumps({"choice": {"depth": 1, **choice}}), created_at=utc_now())
+            .returning(Job.id)).scalar_one()
+        connection.execute(insert(TunedConfig.__table__).values(  # the columns revision 0004 has
+            job_id=job_id, experiment_id=experiment, target="t", drafter=drafter, hardware="cpu", condition="c",
+            temperature=0.0, depth=1, accept_len=1.8, speedup=1.1, cost_ratio=0.2, code_version="v",
+            created_at=utc_now(), version=1, active=True, source="offline", cost_job_hash="cost-t"))

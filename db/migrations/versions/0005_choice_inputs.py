@@ -11,7 +11,9 @@ Create Date: 2026-12-01
   asks the family how to serve a drafter; results stored before this revision lacked it).
 - tuned_configs.decode_accept_len, cost_model ("timed" or "leviathan") and pass_cost_json (the
   engine iteration at every depth in decode steps, when timed): the choice's inputs, kept with
-  the decision so a production re-tune costs passes the way the offline choice did.
+  the decision so a production re-tune costs passes the way the offline choice did. Offline
+  versions stored before get them from their select job's stored choice and, when it was timed,
+  their cost job's timed engine iterations.
 Columns are nullable: rows written before this revision have none of them. Written out in full
 rather than importing db.tables (see 0001).
 """
@@ -43,6 +45,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("decode_accept_len", sa.Float(), nullable=True))
         batch.add_column(sa.Column("cost_model", sa.String(TAG_LEN), nullable=True))
         batch.add_column(sa.Column("pass_cost_json", sa.Text(), nullable=True))
+    _add_choice_inputs()
 
 
 def _add_drafter_families() -> None:
@@ -59,6 +62,33 @@ def _add_drafter_families() -> None:
         result["family"] = drafter.get("kind", "eagle3")  # the spec's default family
         bind.execute(sa.update(jobs).where(jobs.c.id == job_id)
                      .values(result_json=json.dumps(result, sort_keys=True)))
+
+
+def _add_choice_inputs() -> None:
+    bind = op.get_bind()
+    jobs = sa.table("jobs", sa.column("id", sa.Integer), sa.column("job_hash", sa.String),
+                    sa.column("result_json", sa.Text))
+    tuned = sa.table("tuned_configs", sa.column("id", sa.Integer), sa.column("job_id", sa.Integer),
+                     sa.column("cost_job_hash", sa.String), sa.column("decode_accept_len", sa.Float),
+                     sa.column("cost_model", sa.String), sa.column("pass_cost_json", sa.Text))
+    every_job = bind.execute(sa.select(jobs.c.id, jobs.c.job_hash, jobs.c.result_json)).all()
+    results = {job_hash: result for _, job_hash, result in every_job}
+    ids = {job_id: job_hash for job_id, job_hash, _ in every_job}
+    for row_id, job_id, cost_job in bind.execute(
+            sa.select(tuned.c.id, tuned.c.job_id, tuned.c.cost_job_hash).where(tuned.c.job_id.is_not(None))).all():
+        choice = _json(results.get(ids.get(job_id))).get("choice")
+        if not isinstance(choice, dict) or choice.get("cost_model") not in ("timed", "leviathan"):
+            continue  # chosen before cost models were recorded: nothing to say
+        values = {"cost_model": choice["cost_model"], "decode_accept_len": choice.get("decode_accept_len")}
+        pass_ms = (_json(results.get(cost_job)).get("cost") or {}).get("pass_ms") or []
+        if choice["cost_model"] == "timed" and len(pass_ms) >= 2 and pass_ms[0] > 0:
+            values["pass_cost_json"] = json.dumps([p / pass_ms[0] for p in pass_ms])
+        bind.execute(sa.update(tuned).where(tuned.c.id == row_id).values(**values))
+
+
+def _json(text: str | None) -> dict:
+    value = json.loads(text) if text else {}
+    return value if isinstance(value, dict) else {}
 
 
 def downgrade() -> None:
