@@ -19,7 +19,7 @@ from workers.diagnostics import DriftStats
 from workers.eagle_checkpoint import load_eagle3
 from workers.engine import EagleProposer, ModelProposer
 from workers.features import cached_forward_states, target_pass
-from workers.models import load_model
+from workers.models import load_model, load_target
 
 
 class EagleChains:
@@ -126,6 +126,13 @@ class StandaloneFamily:
 
 
 FAMILIES = {f.name: f for f in (EagleFamily(), StandaloneFamily())}
+
+
+def load_pairing(target_ref, drafter_spec, inputs: dict, device):
+    """(target, tokenizer, family, drafter) of a job's pairing, from its config and inputs."""
+    target, tokenizer = load_target(target_ref, inputs.get("target"), device)
+    family = family_of(drafter_spec.kind)
+    return target, tokenizer, family, family.load(drafter_spec, inputs.get("drafter"), target)
 
 
 def family_of(kind: str):

@@ -3,16 +3,13 @@ from __future__ import annotations
 
 from pipeline.core.contracts import DiagnosticValue, MeasureCurveConfig, Measured
 from workers.device import pick_device
-from workers.family import family_of
+from workers.family import load_pairing
 from workers.measure import measure_curves
-from workers.models import load_target
 
 
 def run(config: MeasureCurveConfig, inputs: dict, *, num_gpus: float, progress) -> Measured:
     device = pick_device(num_gpus)
-    target, tokenizer = load_target(config.target, inputs.get("target"), device)
-    family = family_of(config.drafter.kind)
-    drafter = family.load(config.drafter, inputs.get("drafter"), target)
+    target, tokenizer, family, drafter = load_pairing(config.target, config.drafter, inputs, device)
     results = measure_curves(target=target, drafter=drafter, family=family, tokenizer=tokenizer,
                              evaluation=config.evaluation, seed=config.seed)
     return Measured(

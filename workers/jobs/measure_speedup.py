@@ -10,8 +10,7 @@ import dataclasses
 
 from pipeline.core.contracts import MeasureSpeedupConfig, Selected, SpeedupCheck, Validated
 from workers.device import hardware_id, pick_device
-from workers.family import family_of
-from workers.models import load_target
+from workers.family import load_pairing
 from workers.speedup import EngineBenchmark, engine_speedups
 
 
@@ -21,9 +20,7 @@ def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress
     evaluation = config.evaluation
     if (selected.condition, selected.temperature) != (evaluation.conditions[0], evaluation.temperatures[0]):
         raise ValueError("the depth choice was made for another condition or temperature than the one validated")
-    target, tokenizer = load_target(config.target, inputs.get("target"), device)
-    family = family_of(config.drafter.kind)
-    drafter = family.load(config.drafter, inputs.get("drafter"), target)
+    target, tokenizer, family, drafter = load_pairing(config.target, config.drafter, inputs, device)
     measured = engine_speedups(target=target, proposer=family.proposer(drafter), tokenizer=tokenizer,
                                evaluation=evaluation, validation=config.validation, seed=config.seed)
     param = next(target.parameters())
