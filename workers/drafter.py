@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from workers.rope import apply_rope, inv_freq
+
 
 class StepOut(NamedTuple):
     logits: torch.Tensor  # [B, T, V]
@@ -48,6 +50,17 @@ class DrafterConfig:
     draft_vocab: int | None = None  # size of the reduced draft vocabulary; None = the target's
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6
+    kv_heads: int | None = None  # key/value heads (grouped-query attention); None: as many as heads
+    head_dim: int | None = None  # None: hidden_size // heads
+    rope_scaling: dict | None = None  # the target's RoPE scaling (workers/rope.py); None: plain RoPE
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.heads
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -83,39 +96,30 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
-def _rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary embedding. x: [B, H, T, dh], pos: [T] absolute positions."""
-    dh = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, dh, 2, device=x.device, dtype=torch.float32) / dh))
-    ang = pos.to(torch.float32)[:, None] * inv[None, :]  # [T, dh/2]
-    cos = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype)
-    sin = torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
-    half = dh // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
-    return x * cos + rotated * sin
-
-
 class Eagle3Drafter(nn.Module):
     def __init__(self, cfg: DrafterConfig):
         super().__init__()
         self.cfg = cfg
         d, n = cfg.hidden_size, len(cfg.capture_layers)
-        self.head_dim = d // cfg.heads
+        if cfg.heads % cfg.num_kv_heads:
+            raise ValueError(f"drafter: {cfg.heads} attention heads do not split into {cfg.num_kv_heads} key/value groups")
+        self.head_dim = cfg.dim_per_head
+        inner, kv = cfg.heads * self.head_dim, cfg.num_kv_heads * self.head_dim
         self.embed = nn.Embedding(cfg.vocab_size, d)
         self.embed.weight.requires_grad_(False)  # copied from the target, frozen
         self.stream_norms = nn.ModuleList([RMSNorm(d, cfg.rms_eps) for _ in range(n)]) if cfg.fc_norm else None
         self.fc = nn.Linear(n * d, d, bias=False)
         self.input_norm = RMSNorm(d, cfg.rms_eps)
         self.hidden_norm = RMSNorm(d, cfg.rms_eps)
-        self.q_proj = nn.Linear(2 * d, d, bias=False)
-        self.k_proj = nn.Linear(2 * d, d, bias=False)
-        self.v_proj = nn.Linear(2 * d, d, bias=False)
-        self.o_proj = nn.Linear(d, d, bias=False)
+        self.q_proj = nn.Linear(2 * d, inner, bias=False)
+        self.k_proj = nn.Linear(2 * d, kv, bias=False)
+        self.v_proj = nn.Linear(2 * d, kv, bias=False)
+        self.o_proj = nn.Linear(inner, d, bias=False)
         self.post_attn_norm = RMSNorm(d, cfg.rms_eps)
         self.gate_proj = nn.Linear(d, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(d, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, d, bias=False)
-        self.attn_gate = nn.Linear(2 * d, d, bias=False) if cfg.attention == "gated" else None
+        self.attn_gate = nn.Linear(2 * d, inner, bias=False) if cfg.attention == "gated" else None
         self.final_norm = RMSNorm(d, cfg.rms_eps)
         n_out = cfg.draft_vocab or cfg.vocab_size
         self.lm_head = nn.Linear(d, n_out, bias=False)
@@ -123,6 +127,8 @@ class Eagle3Drafter(nn.Module):
         self.register_buffer("d2t", torch.zeros(n_out, dtype=torch.long))
         self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool) if cfg.draft_vocab is None
                              else torch.zeros(cfg.vocab_size, dtype=torch.bool))
+        # derived from the config, not a checkpoint entry; float32 whatever dtype the layers take
+        self.rope_freqs = inv_freq(self.head_dim, cfg.rope_theta, cfg.rope_scaling)
 
     def set_draft_vocab(self, target_ids: torch.Tensor) -> None:
         """target_ids: [draft_vocab] sorted target ids the drafter's head covers."""
@@ -150,16 +156,22 @@ class Eagle3Drafter(nn.Module):
         return self.fc(torch.cat(streams, dim=-1))
 
     def _qkv(self, tokens: torch.Tensor, g: torch.Tensor, pos: torch.Tensor, noise=None):
-        """tokens: [B, T], g: [B, T, d], pos: [T] -> q, k, v: [B, H, T, dh] (rotary applied), gate."""
+        """tokens: [B, T], g: [B, T, d], pos: [T] -> q, k, v: [B, H, T, dh] (rotary applied; each key/value
+        head repeated over its group of query heads), gate [B, T, H * dh] or None."""
         emb = self.embed(tokens)
         if noise is not None:
             emb = noise.embedding(emb)
         x = torch.cat([self.input_norm(emb), self.hidden_norm(g)], dim=-1)  # [B, T, 2d]
         B, T, _ = x.shape
-        split = lambda t: t.view(B, T, self.cfg.heads, self.head_dim).transpose(1, 2)  # noqa: E731
+        split = lambda t: t.view(B, T, -1, self.head_dim).transpose(1, 2)  # noqa: E731
         q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
-        gate = torch.sigmoid(self.attn_gate(x)) if self.attn_gate is not None else None  # [B, T, d]
-        return _rope(q, pos, self.cfg.rope_theta), _rope(k, pos, self.cfg.rope_theta), v, gate
+        group = self.cfg.heads // self.cfg.num_kv_heads
+        if group > 1:
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        gate = torch.sigmoid(self.attn_gate(x)) if self.attn_gate is not None else None
+        if self.rope_freqs.device != x.device:
+            self.rope_freqs = self.rope_freqs.to(x.device)
+        return apply_rope(q, pos, self.rope_freqs), apply_rope(k, pos, self.rope_freqs), v, gate
 
     def _finish(self, g: torch.Tensor, attn_out: torch.Tensor, gate: torch.Tensor | None):
         """Residual sum and MLP. attn_out: [B, H, T, dh] -> (h raw [B, T, d], logits [B, T, n_out], norm(h))."""

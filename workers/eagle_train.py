@@ -15,6 +15,7 @@ from workers.drafter import DrafterConfig, Eagle3Drafter, capture_layers, drafte
 from workers.eagle_checkpoint import save_eagle3
 from workers.features import target_pass
 from workers.lr_schedule import warmup_cosine_lr
+from workers.rope import rope_settings
 from workers.tokenizer import sample_windows, token_stream
 
 TTT_DECAY = 0.8
@@ -29,6 +30,10 @@ def drafter_config_for(target, *, norm: str, fc_norm: bool, fusion: str, attenti
         raise ValueError(f"capture_layers {list(layers)}: the target has hidden states 0..{c.num_hidden_layers}")
     if draft_vocab is not None and draft_vocab > vocab:
         raise ValueError(f"draft_vocab {draft_vocab} is larger than the target's vocabulary ({vocab})")
+    # the attention shape is the target's, as EAGLE-3 builds it: query and key/value heads, head size
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    theta, scaling = rope_settings(c)
     return DrafterConfig(
         hidden_size=c.hidden_size,
         heads=c.num_attention_heads,
@@ -39,16 +44,12 @@ def drafter_config_for(target, *, norm: str, fc_norm: bool, fusion: str, attenti
         fc_norm=fc_norm,
         attention=attention,
         draft_vocab=draft_vocab,
-        rope_theta=_rope_theta(c),
+        rope_theta=theta,
+        rope_scaling=scaling,
         rms_eps=float(getattr(c, "rms_norm_eps", 1e-6)),
+        kv_heads=kv_heads if kv_heads != c.num_attention_heads else None,
+        head_dim=head_dim if head_dim != c.hidden_size // c.num_attention_heads else None,
     )
-
-
-def _rope_theta(config) -> float:
-    """The target's rotary base: `rope_theta` (transformers 4) or `rope_parameters` (5)."""
-    params = getattr(config, "rope_parameters", None) or {}
-    theta = params.get("rope_theta") if isinstance(params, dict) else None
-    return float(theta or getattr(config, "rope_theta", None) or 10000.0)
 
 
 def ttt_loss(drafter: Eagle3Drafter, streams, target_logits, input_ids, ttt_depth: int):

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import safetensors.torch
 import torch
 
 from workers.drafter import DrafterConfig, Eagle3Drafter
+from workers.rope import rope_settings
 
 # specfleet parameter name -> EAGLE-3 checkpoint name
 NAMES = {
@@ -62,13 +64,14 @@ def eagle3_config(cfg: DrafterConfig, *, dtype: str = "bfloat16", max_positions:
         "hidden_size": cfg.hidden_size,
         "target_hidden_size": cfg.hidden_size,
         "num_attention_heads": cfg.heads,
-        "num_key_value_heads": cfg.heads,
-        "head_dim": cfg.hidden_size // cfg.heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "head_dim": cfg.dim_per_head,
         "intermediate_size": cfg.intermediate_size,
         "hidden_act": "silu",
         "num_hidden_layers": 1,
         "rms_norm_eps": cfg.rms_eps,
         "rope_theta": cfg.rope_theta,
+        "rope_scaling": dict(cfg.rope_scaling) if cfg.rope_scaling else None,
         "max_position_embeddings": max_positions,
         "vocab_size": cfg.vocab_size,
         "draft_vocab_size": cfg.draft_vocab or cfg.vocab_size,
@@ -107,12 +110,18 @@ def import_eagle3(folder: str | Path, target_embedding: torch.Tensor) -> Eagle3D
     config = json.loads((folder / "config.json").read_text())
     state = safetensors.torch.load_file(str(folder / "model.safetensors"))
     vocab, draft_vocab = config["vocab_size"], config.get("draft_vocab_size") or config["vocab_size"]
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    theta, scaling = rope_settings(SimpleNamespace(**config))
     cfg = DrafterConfig(
-        hidden_size=config["hidden_size"], heads=config["num_attention_heads"],
+        hidden_size=config["hidden_size"], heads=heads,
+        kv_heads=None if kv_heads == heads else kv_heads,
+        head_dim=None if head_dim == config["hidden_size"] // heads else head_dim, rope_scaling=scaling,
         intermediate_size=config["intermediate_size"], vocab_size=vocab,
         capture_layers=tuple(config["eagle_aux_hidden_state_layer_ids"]),
         draft_vocab=None if draft_vocab == vocab else draft_vocab,
-        rope_theta=float(config.get("rope_theta", 10000.0)), rms_eps=float(config["rms_norm_eps"]),
+        rope_theta=theta, rms_eps=float(config["rms_norm_eps"]),
     )
     drafter = Eagle3Drafter(cfg)
     ours = {o: state[t].float() if state[t].is_floating_point() else state[t] for o, t in NAMES.items() if t in state}
