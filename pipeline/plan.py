@@ -81,7 +81,7 @@ def build_plan(spec: ExperimentSpec, code_version: Callable[[tuple[str, ...] | N
         inputs = dict(deps)
         if drafter.trained_here:
             inputs["drafter"] = add("train_drafter", f"train_drafter {pair}", {"target": ref, "drafter": drafter},
-                                    deps, t, d)
+                                    {**deps, **_training_data(add, spec, ref, drafter, deps)}, t, d)
         models = {"target": ref, "drafter": drafter}
         curve = add("measure_curve", f"measure_curve {pair}", {**models, "evaluation": evaluation}, inputs, t, d)
         cost = add("profile_cost", f"profile_cost {pair}",
@@ -95,6 +95,20 @@ def build_plan(spec: ExperimentSpec, code_version: Callable[[tuple[str, ...] | N
                 {**models, "evaluation": evaluation, "validation": spec.validation},
                 {**inputs, "depth": depth}, t, d)
     return Plan(spec.content_hash(), version(None), tuple(jobs.values()))
+
+
+def _training_data(add, spec: ExperimentSpec, ref: c.TargetRef, drafter, deps: dict) -> dict[str, str]:
+    """The jobs a drafter trained on its target's own text needs: the text (one per target) and,
+    for a drafter that reads target states, those states (one per target and capture layers)."""
+    if drafter.training_corpus != "regenerated":
+        return {}
+    data = add("regenerate", f"regenerate {ref.name}", {"target": ref, "data": spec.training_data}, deps, ref.name)
+    states = drafter.target_states
+    if states is None:
+        return {"data": data}
+    features = add("target_features", f"target_features {ref.name}/{states['fusion']}", {"target": ref, **states},
+                   {**deps, "data": data}, ref.name)
+    return {"data": data, "features": features}
 
 
 def _placement(kind: str, num_cpus: float, num_gpus: float) -> dict:

@@ -37,7 +37,7 @@ class ProgressView:
                 self.tasks[h] = self.bars.add_task(self.jobs[h].name, total=state.get("total") or 1, note="running")
             if "step" in state:
                 self.bars.update(self.tasks[h], total=state["total"], completed=state["step"],
-                                 note=f"loss {state['loss']:.3f}")
+                                 note=f"loss {state['loss']:.3f}" if state["loss"] == state["loss"] else "")
         for h in finished & set(self.tasks):
             note = "failed" if h in summary.failed else "done"
             self.bars.update(self.tasks[h], completed=self.bars.tasks[self.tasks[h]].total, note=note)

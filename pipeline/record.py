@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from db.rows import curve_rows, diagnostic_rows, speedup_rows, tuned_config
-from pipeline.core.contracts import Measured, Profiled, Selected, Trained, Validated
+from pipeline.core.contracts import Dataset, Measured, Profiled, Selected, Stored, Trained, Validated
 from pipeline.core.files import pack_dir, write_dir
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.types import DRIFT_NAMES, Curve
@@ -49,14 +49,14 @@ def finished(store, job_kind_name: str, job_hash: str):
         result = job_kind(job_kind_name).result.model_validate(stored)
     except ValidationError:
         return None
-    if isinstance(result, Trained) and not (result.checkpoint_dir and Path(result.checkpoint_dir).is_dir()):
+    if isinstance(result, Stored) and not (result.checkpoint_dir and Path(result.checkpoint_dir).is_dir()):
         return None  # the work directory lost it: the job has to run again
     return result
 
 
 def with_files(result):
-    """A stored trained result with its checkpoint read back, to hand to a job as an input."""
-    if isinstance(result, Trained) and result.files is None:
+    """A stored result with its files read back, to hand to a job as an input."""
+    if isinstance(result, Stored) and result.files is None:
         return result.model_copy(update={"files": pack_dir(result.checkpoint_dir)})
     return result
 
@@ -66,13 +66,27 @@ def _stored_json(result) -> dict:
 
 
 def record_trained(job: Job, result: Trained, rec: Recording) -> None:
+    stored = _keep_files(job, result, rec)
+    for name, series in stored.history.items():
+        rec.tracker.log_series(rec.run_id, name, series)
+    rec.tracker.log_artifacts(rec.run_id, Path(stored.checkpoint_dir), "checkpoint")
+    rec.store.mark_done(job.hash, result=_stored_json(stored))
+
+
+def record_dataset(job: Job, result: Dataset, rec: Recording) -> None:
+    """Training data stays in the work directory only: MLflow gets its metrics (the files, up to
+    hundreds of megabytes of hidden states, are no one's to browse there)."""
+    stored = _keep_files(job, result, rec)
+    rec.store.mark_done(job.hash, result=_stored_json(stored))
+
+
+def _keep_files(job: Job, result: Stored, rec: Recording):
+    """The result's files written to the work directory, its metrics to MLflow; the result without
+    its bytes, pointing at the folder."""
     folder = write_dir(result.files, rec.checkpoints / job.hash)  # absolute: runs start from any folder
     stored = result.without_files(str(folder.resolve()))
     rec.tracker.log_metrics(rec.run_id, stored.metrics)
-    for name, series in stored.history.items():
-        rec.tracker.log_series(rec.run_id, name, series)
-    rec.tracker.log_artifacts(rec.run_id, folder, "checkpoint")
-    rec.store.mark_done(job.hash, result=_stored_json(stored))
+    return stored
 
 
 def record_measured(job: Job, result: Measured, rec: Recording) -> None:

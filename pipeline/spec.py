@@ -15,7 +15,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from pipeline.core.kinds import JOB_KINDS, KINDS
 from pipeline.core.settings import (
-    DRAFTER_KINDS, Cost, DrafterSpec, Evaluation, Pairing, Resources, Strict, Target, Validation,
+    DRAFTER_KINDS, Cost, DrafterSpec, Evaluation, Pairing, Resources, Strict, Target, TrainingData, Validation,
 )
 from pipeline.errors import SpecError
 from pipeline.yaml_lines import line_of
@@ -34,6 +34,7 @@ class ExperimentSpec(Strict):
     evaluation: Evaluation = Evaluation()
     cost: Cost = Cost()
     validation: Validation | None = None
+    training_data: TrainingData = TrainingData()
     resources: dict[Literal[JOB_KINDS], Resources] = Field(default_factory=_default_resources)
 
     @field_validator("pairings")

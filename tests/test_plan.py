@@ -116,7 +116,9 @@ def test_standalone_drafters_in_the_plan():
 def test_every_job_carries_its_kinds_typed_config():
     from pipeline.core.kinds import KINDS
 
-    plan = plan_of(modified(["validation"], {"num_prompts": 4}))
+    data = modified(["validation"], {"num_prompts": 4})
+    data["drafters"][1]["train"]["corpus"] = "regenerated"
+    plan = plan_of(data)
     assert {j.kind for j in plan.jobs} == set(KINDS)
     for job in plan.jobs:
         assert type(job.config) is KINDS[job.kind].config
@@ -187,3 +189,30 @@ def test_validation_needs_the_engine_timed_where_the_costs_were():
     assert any(m.startswith("resources.measure_speedup: give it what profile_cost has") for m in info.value.messages)
     data["resources"]["measure_speedup"]["num_cpus"] = 2
     assert sum(j.kind == "measure_speedup" for j in plan_of(data).jobs) == 2
+
+
+def test_drafters_on_regenerated_text_share_one_text_and_one_feature_table_per_fusion():
+    data = yaml.safe_load(yaml.safe_dump(BASE))
+    for d in data["drafters"]:
+        d["train"]["corpus"] = "regenerated"
+    data["drafters"].append({"name": "deep", "norm": "pre", "train": {"ttt_depth": 4, "corpus": "regenerated"}})
+    data["drafters"].append({"name": "last", "fusion": "last", "train": {"corpus": "regenerated"}})
+    data["drafters"].append({"name": "small", "kind": "standalone", "builtin": {"train": {"corpus": "regenerated"}}})
+    data["drafters"].append({"name": "plain", "train": {"corpus": "stdlib"}})
+    plan = plan_of(data)
+    jobs = plan.by_hash()
+    by_kind = lambda k: [j for j in plan.jobs if j.kind == k]  # noqa: E731
+    (text,) = by_kind("regenerate")
+    assert sorted(j.name for j in by_kind("target_features")) == ["target_features t/last", "target_features t/tri"]
+    trains = {j.drafter: dict(j.deps) for j in by_kind("train_drafter")}
+    assert {d for d, deps in trains.items() if deps.get("data") == text.hash} == {"pre", "post", "deep", "last", "small"}
+    tri = {deps["features"] for d, deps in trains.items() if d in ("pre", "post", "deep")}
+    assert len(tri) == 1 and jobs[tri.pop()].name == "target_features t/tri"
+    assert "features" not in trains["small"] and "data" not in trains["plain"]
+    # the text depends on the spec's training_data; changing it re-runs only what trained on it
+    more = dict(data, training_data={"tokens": 5000})
+    changed = {j.name for j in plan_of(more).jobs} - {j.name for j in plan.jobs}
+    assert not changed
+    before, after = hashes(plan), hashes(plan_of(more))
+    assert before["measure_curve t/plain"] == after["measure_curve t/plain"]
+    assert before["regenerate t"] != after["regenerate t"] and before["train_drafter t/small"] != after["train_drafter t/small"]

@@ -70,12 +70,17 @@ class DrafterConfig:
         return cls(**{**d, "capture_layers": tuple(d["capture_layers"])})
 
 
-def capture_layers(num_layers: int, fusion: str) -> tuple[int, ...]:
-    """Which `hidden_states[i]` feed the drafter.
+def capture_layers(num_layers: int, fusion: str, chosen=None) -> tuple[int, ...]:
+    """Which `hidden_states[i]` feed the drafter: `chosen` (the spec's capture_layers), checked
+    against the target, or the fusion's default.
 
     tri: EAGLE-3's low/mid/high = (2, N//2, N-3) for N >= 8 layers; for shallower targets
     (1, N//2, N-1) so the three streams stay distinct. last: the final hidden state (EAGLE-1).
     """
+    if chosen:
+        if max(chosen) > num_layers:
+            raise ValueError(f"capture_layers {list(chosen)}: the target has hidden states 0..{num_layers}")
+        return tuple(chosen)
     if fusion == "last":
         return (num_layers,)
     if num_layers >= 8:

@@ -16,6 +16,8 @@ from workers.eagle_checkpoint import save_eagle3
 from workers.features import target_pass
 from workers.lr_schedule import warmup_cosine_lr
 from workers.rope import rope_settings
+from workers.regenerate import load_text
+from workers.target_features import FeatureBatches
 from workers.tokenizer import sample_windows, token_stream
 
 TTT_DECAY = 0.8
@@ -25,9 +27,7 @@ def drafter_config_for(target, *, norm: str, fc_norm: bool, fusion: str, attenti
                        draft_vocab: int | None = None, capture: list[int] | None = None) -> DrafterConfig:
     c = target.config
     vocab = target.get_output_embeddings().weight.shape[0]
-    layers = tuple(capture) if capture else capture_layers(c.num_hidden_layers, fusion)
-    if max(layers) > c.num_hidden_layers:
-        raise ValueError(f"capture_layers {list(layers)}: the target has hidden states 0..{c.num_hidden_layers}")
+    layers = capture_layers(c.num_hidden_layers, fusion, capture)
     if draft_vocab is not None and draft_vocab > vocab:
         raise ValueError(f"draft_vocab {draft_vocab} is larger than the target's vocabulary ({vocab})")
     # the attention shape is the target's, as EAGLE-3 builds it: query and key/value heads, head size
@@ -52,11 +52,12 @@ def drafter_config_for(target, *, norm: str, fc_norm: bool, fusion: str, attenti
     )
 
 
-def ttt_loss(drafter: Eagle3Drafter, streams, target_logits, input_ids, ttt_depth: int):
+def ttt_loss(drafter: Eagle3Drafter, streams, target_logits, input_ids, ttt_depth: int, mask=None):
     """Weighted TTT loss and per-step top-1 agreement with the target's argmax.
 
     input_ids: [B, T]; drafter position i reads x_{i+1} and the target's features at i,
-    and is scored against the target's distribution at i+1.
+    and is scored against the target's distribution at i+1. mask: [B, T] bool, the target
+    positions whose prediction carries a loss (None: all).
     """
     tokens = input_ids[:, 1:]  # [B, T-1]
     g0 = drafter.fuse([s[:, :-1] for s in streams])  # [B, T-1, d]
@@ -70,10 +71,35 @@ def ttt_loss(drafter: Eagle3Drafter, streams, target_logits, input_ids, ttt_dept
     for s, out in enumerate(outs):
         logits = out.logits
         logq = F.log_softmax(logits[:, s:].float(), dim=-1)
-        ce = -(p_target[:, s:] * logq).sum(-1).mean()
-        total = total + (TTT_DECAY**s) * ce
-        agree.append((logits[:, s:].argmax(-1) == want[:, s:]).float().mean().item())
+        ce = -(p_target[:, s:] * logq).sum(-1)  # [B, T-1-s]
+        hit = (logits[:, s:].argmax(-1) == want[:, s:]).float()
+        total = total + (TTT_DECAY**s) * _mean(ce, mask, s)
+        agree.append(_mean(hit, mask, s).item())
     return total, agree
+
+
+def _mean(values: torch.Tensor, mask: torch.Tensor | None, s: int) -> torch.Tensor:
+    """Mean over the positions step s scores; with a mask, over those whose target position is kept."""
+    if mask is None:
+        return values.mean()
+    w = mask[:, 1 + s:].float()
+    return (values * w).sum() / w.sum().clamp(min=1.0)
+
+
+class CorpusBatches:
+    """Windows of a built-in corpus, with the target run on each batch for its states and logits."""
+
+    def __init__(self, target, tokenizer, corpus: str, split: str, max_chars: int, capture: tuple[int, ...]):
+        self.target, self.capture = target, capture
+        self.stream = _stream(tokenizer, corpus, split, max_chars)
+        self.bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else 0
+        self.aligned = corpus == "chat"  # chat windows start at a sample's BOS, as the target saw them
+
+    def sample(self, batch_size: int, seq_len: int, gen: torch.Generator, device):
+        """(ids [B, T], streams, target logits [B, T, V], loss mask or None)."""
+        ids = sample_windows(self.stream, batch_size, seq_len, self.bos, gen, self.aligned).to(device)
+        streams, logits = target_pass(self.target, ids, self.capture)
+        return ids, streams, logits, None
 
 
 def _stream(tokenizer, corpus: str, split: str, max_chars: int) -> torch.Tensor:
@@ -91,31 +117,41 @@ def most_frequent(stream: torch.Tensor, vocab: int, n: int) -> torch.Tensor:
     return torch.sort(torch.topk(counts, n).indices).values
 
 
-def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None):
-    """spec: the drafter's spec entry (its variant switches and `train` section). Returns (files, metrics)."""
+def _sources(target, tokenizer, train, capture, data, features):
+    """(training batches, validation batches, token stream the draft vocabulary is counted on)."""
+    if train.corpus != "regenerated":
+        chars = max(300_000, train.steps * train.batch_size * train.seq_len * 4)
+        batches = CorpusBatches(target, tokenizer, train.corpus, "train", chars, capture)
+        return batches, CorpusBatches(target, tokenizer, train.corpus, "heldout", 200_000, capture), batches.stream
+    if data is None or features is None:
+        raise ValueError("train.corpus 'regenerated' needs the target's regenerated text and features as inputs")
+    text = load_text(data.files)
+    batches = FeatureBatches(target, text, features.files, capture)
+    return batches, batches.heldout(), text.ids
+
+
+def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None, data=None, features=None):
+    """spec: the drafter's spec entry (its variant switches and `train` section); data, features:
+    the target's regenerated text and its states (Dataset results), for `train.corpus: regenerated`.
+    Returns (files, metrics)."""
     torch.manual_seed(seed)
     cfg = drafter_config_for(target, norm=spec.norm, fc_norm=spec.fc_norm, fusion=spec.fusion,
                              attention=spec.attention, draft_vocab=spec.draft_vocab, capture=spec.capture_layers)
     train = spec.train
-    chars = max(300_000, train.steps * train.batch_size * train.seq_len * 4)
-    stream = _stream(tokenizer, train.corpus, "train", chars)
+    batches, val, stream = _sources(target, tokenizer, train, cfg.capture_layers, data, features)
     draft_ids = most_frequent(stream, cfg.vocab_size, cfg.draft_vocab) if cfg.draft_vocab else None
     drafter = drafter_from_target(target, cfg, draft_ids).to(device)
-    val = _stream(tokenizer, train.corpus, "heldout", 200_000)
-    aligned = train.corpus == "chat"  # chat windows start at a sample's BOS, as the target saw them
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=train.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
-    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else 0
     steps, t0, loss_v = train.steps, time.perf_counter(), float("nan")
     drafter.train()
     for step in range(steps):
         lr = warmup_cosine_lr(train.lr, step, steps, warmup=10, decay_during_warmup=True)
         for group in opt.param_groups:
             group["lr"] = lr
-        ids = sample_windows(stream, train.batch_size, train.seq_len, bos, gen, aligned).to(device)
-        streams, logits = target_pass(target, ids, cfg.capture_layers)
-        loss, _ = ttt_loss(drafter, streams, logits, ids, train.ttt_depth)
+        ids, streams, logits, mask = batches.sample(train.batch_size, train.seq_len, gen, device)
+        loss, _ = ttt_loss(drafter, streams, logits, ids, train.ttt_depth, mask)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -126,9 +162,9 @@ def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None):
     seconds = time.perf_counter() - t0
     drafter.eval()
     with torch.no_grad():
-        ids = sample_windows(val, 16, train.seq_len, bos, gen, aligned).to(device)
-        streams, logits = target_pass(target, ids, cfg.capture_layers)
-        val_loss, agree = ttt_loss(drafter, streams, logits, ids, train.ttt_depth)
-    metrics = {"train_loss": loss_v, "val_loss": val_loss.item(), "train_seconds": seconds}
+        ids, streams, logits, mask = val.sample(16, train.seq_len, gen, device)
+        val_loss, agree = ttt_loss(drafter, streams, logits, ids, train.ttt_depth, mask)
+    metrics = {"train_loss": loss_v, "val_loss": val_loss.item(), "train_seconds": seconds,
+               "data_tokens": stream.numel(), "tokens_seen": steps * train.batch_size * train.seq_len}
     metrics.update({f"val_top1_step{s}": a for s, a in enumerate(agree)})
     return save_eagle3(drafter), metrics

@@ -30,11 +30,12 @@ def cached_forward_states(model, input_ids: torch.Tensor, cache=None, capture: t
 
 
 @torch.no_grad()
-def last_logits(model, input_ids, attention_mask, position_ids, keep: int) -> torch.Tensor:
-    """Logits of the last `keep` positions only (all of them on models without logits_to_keep)."""
-    extra = {"logits_to_keep": keep} if _accepts(type(model), "logits_to_keep") else {}
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **extra)
-    return out.logits[:, -keep:]
+def extend_logits(model, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
+    """Logits of input_ids [B, T] after a KV cache of the earlier positions (attention_mask covers
+    the cached positions and these). The cache grows by T positions."""
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+                **{_cache_kwarg(type(model)): cache})
+    return out.logits
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,12 +9,13 @@ EAGLE drafters also yield drift diagnostics from the same drafting passes.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import torch
 
 from pipeline.core.acceptance import curve_from_accepted, curve_from_sampled, decode_walk, walk_accept_len
-from workers.features import cached_forward_states, last_logits
+from workers.features import cached_forward_states, extend_logits
 from workers.noise import Noise, parse_noise
 from workers.prompts import build_prompts
 from workers.sampling import sample
@@ -36,28 +37,36 @@ def continue_text(target, ids: torch.Tensor, n_new: int, temperature: float, gen
 def verify_chains(target, seq: torch.Tensor, starts: list[int], drafts: torch.Tensor, max_tokens: int = 16384):
     """ONE target pass per chain over seq[:c+2] + its drafts. seq: [1, L], drafts: [N, depth].
 
-    Chains are left-padded (attention mask and positions keep the padding out) so the scored
-    positions come last and only their logits are computed. Returns target logits [N, depth, V]:
-    entry j scores draft j+1.
+    Every chain's row begins with seq[:starts[0] + 1] (the prompt, at least): that prefix is run
+    once and its KV cache shared, so each chain costs only its own tokens after it (on a real
+    target with a long prompt, most of the work). The rows after the prefix are right-padded (the
+    attention mask keeps the padding out). Returns target logits [N, depth, V]: entry j scores
+    draft j+1.
     """
     depth = drafts.shape[-1]
+    base = starts[0] + 1
+    _, prefix, _ = cached_forward_states(target, seq[:, :base])
     out = []
     lo = 0
     while lo < len(starts):
-        width = starts[lo] + 2 + depth
-        hi = lo + 1
+        hi = lo + 1  # chains in one batch: their rows (prefix included) within max_tokens
         while hi < len(starts) and (hi - lo + 1) * (starts[hi] + 2 + depth) <= max_tokens:
             hi += 1
-        width = starts[hi - 1] + 2 + depth
+        rows = [torch.cat([seq[0, base: starts[n] + 2], drafts[n]]) for n in range(lo, hi)]
+        width = max(r.numel() for r in rows)
         ids = torch.zeros(hi - lo, width, dtype=torch.long, device=seq.device)
-        mask = torch.zeros(hi - lo, width, dtype=torch.long, device=seq.device)
-        for r, n in enumerate(range(lo, hi)):
-            c = starts[n]
-            row = torch.cat([seq[0, : c + 2], drafts[n]])
-            ids[r, width - row.numel():], mask[r, width - row.numel():] = row, 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits = last_logits(target, ids, mask, positions, depth + 1)  # [n, depth + 1, V]
-        out.append(logits[:, :depth].float())
+        mask = torch.zeros(hi - lo, base + width, dtype=torch.long, device=seq.device)
+        mask[:, :base] = 1
+        for r, row in enumerate(rows):
+            ids[r, : row.numel()], mask[r, base: base + row.numel()] = row, 1
+        cache = copy.deepcopy(prefix)
+        cache.batch_repeat_interleave(hi - lo)
+        positions = torch.arange(base, base + width, device=seq.device).expand(hi - lo, -1)
+        logits = extend_logits(target, ids, mask, positions, cache)  # [n, width, V]
+        # row r's last depth + 1 tokens are its last real token and its drafts: the first depth score drafts
+        ends = torch.tensor([row.numel() for row in rows], device=seq.device)
+        at = ends[:, None] - (depth + 1) + torch.arange(depth, device=seq.device)[None, :]  # [n, depth]
+        out.append(logits.gather(1, at[..., None].expand(-1, -1, logits.shape[-1])).float())
         lo = hi
     return torch.cat(out)
 

@@ -5,13 +5,17 @@ import torch
 
 from pipeline.core.files import Files
 from workers.models import pack_model
-from workers.target import build_tiny_llama, train_lm
+from workers.regenerate import load_text
+from workers.target import build_tiny_llama, corpus_batches, train_lm
 
 
-def train_standalone(*, target, tokenizer, spec, seed: int, device, progress=None) -> tuple[Files, dict]:
-    """A tiny Llama trained from scratch on a built-in corpus with the target's tokenizer.
+def train_standalone(*, target, tokenizer, spec, seed: int, device, progress=None, data=None,
+                     features=None) -> tuple[Files, dict]:
+    """A tiny Llama trained from scratch with the target's tokenizer, on a built-in corpus or, with
+    `train.corpus: regenerated`, on the target's own answers (`data`: sequence-level distillation).
 
-    spec: the drafter's spec entry; its `builtin` section gives the architecture and training."""
+    spec: the drafter's spec entry; its `builtin` section gives the architecture and training.
+    features: unused (a draft model reads no target states)."""
     builtin = spec.builtin
     torch.manual_seed(seed)
     model = build_tiny_llama(
@@ -19,6 +23,13 @@ def train_standalone(*, target, tokenizer, spec, seed: int, device, progress=Non
         heads=builtin.heads, intermediate_size=builtin.intermediate_size, max_positions=4096,
         tokenizer=tokenizer,
     )
-    metrics = train_lm(model, tokenizer, corpus=builtin.train.corpus, train=builtin.train, seed=seed,
-                       progress=progress)
+    train = builtin.train
+    if train.corpus == "regenerated":
+        if data is None:
+            raise ValueError("train.corpus 'regenerated' needs the target's regenerated text as an input")
+        text = load_text(data.files)
+        sample, data_tokens = (lambda split, n, gen: text.lm_batch(split, n, train.seq_len, gen)), text.ids.numel()
+    else:
+        sample, data_tokens = corpus_batches(tokenizer, train.corpus, train)
+    metrics = train_lm(model, sample, train=train, seed=seed, data_tokens=data_tokens, progress=progress)
     return pack_model(model, tokenizer), metrics

@@ -44,17 +44,28 @@ def train_builtin_target(*, builtin, seed: int, progress=None) -> tuple[Files, d
         heads=builtin.heads, intermediate_size=builtin.intermediate_size, max_positions=4096,
         tokenizer=tokenizer,
     )
-    metrics = train_lm(model, tokenizer, corpus=builtin.corpus, train=builtin.train, seed=seed,
-                       progress=progress)
+    sample, data_tokens = corpus_batches(tokenizer, builtin.corpus, builtin.train)
+    metrics = train_lm(model, sample, train=builtin.train, seed=seed, data_tokens=data_tokens, progress=progress)
     return pack_model(model, tokenizer), metrics
 
 
-def train_lm(model, tokenizer, *, corpus: str, train, seed: int, progress=None) -> dict:
-    """Next-token training on a built-in corpus (chat samples start every window at their BOS)."""
+def corpus_batches(tokenizer, corpus: str, train):
+    """Batches of a built-in corpus: (sample(split, batch_size, gen) -> (input ids, labels), tokens
+    of the training text). Chat samples start every window at their BOS."""
     chars = max(500_000, train.steps * train.batch_size * train.seq_len * 4)
-    stream = token_stream(tokenizer, corpus, "train", max_chars=chars)
-    val = token_stream(tokenizer, corpus, "heldout", max_chars=300_000)
+    streams = {"train": token_stream(tokenizer, corpus, "train", max_chars=chars),
+               "heldout": token_stream(tokenizer, corpus, "heldout", max_chars=300_000)}
     aligned = corpus == "chat"
+
+    def sample(split: str, batch_size: int, gen: torch.Generator):
+        batch = sample_windows(streams[split], batch_size, train.seq_len, tokenizer.bos_token_id, gen, aligned)
+        return batch, batch
+
+    return sample, streams["train"].numel()
+
+
+def train_lm(model, sample, *, train, seed: int, data_tokens: int, progress=None) -> dict:
+    """Next-token training on `sample`'s batches (corpus_batches, or a regenerated text's)."""
     opt = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(seed)
     steps, t0, loss = train.steps, time.perf_counter(), float("nan")
@@ -62,8 +73,8 @@ def train_lm(model, tokenizer, *, corpus: str, train, seed: int, progress=None) 
     for step in range(steps):
         for group in opt.param_groups:
             group["lr"] = warmup_cosine_lr(train.lr, step, steps, warmup=20, decay_during_warmup=False)
-        batch = sample_windows(stream, train.batch_size, train.seq_len, tokenizer.bos_token_id, gen, aligned)
-        loss_t = model(input_ids=batch, labels=batch).loss
+        ids, labels = sample("train", train.batch_size, gen)
+        loss_t = model(input_ids=ids, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss_t.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -75,17 +86,20 @@ def train_lm(model, tokenizer, *, corpus: str, train, seed: int, progress=None) 
     model.eval()
     return {
         "train_loss": loss,
-        "val_loss": _eval_loss(model, val, train.seq_len, tokenizer.bos_token_id, seed, aligned),
+        "val_loss": _eval_loss(model, sample, seed),
         "train_seconds": seconds,
         "tokens_per_s": steps * train.batch_size * train.seq_len / seconds,
         "num_params": sum(p.numel() for p in model.parameters()),
+        "data_tokens": data_tokens,
+        "tokens_seen": steps * train.batch_size * train.seq_len,
     }
 
 
 @torch.no_grad()
-def _eval_loss(model, stream: torch.Tensor, seq_len: int, bos_id: int, seed: int, aligned: bool,
-               batches: int = 4) -> float:
+def _eval_loss(model, sample, seed: int, batches: int = 4) -> float:
     gen = torch.Generator().manual_seed(seed + 1)
-    losses = [model(input_ids=b, labels=b).loss.item() for b in
-              (sample_windows(stream, 16, seq_len, bos_id, gen, aligned) for _ in range(batches))]
+    losses = []
+    for _ in range(batches):
+        ids, labels = sample("heldout", 16, gen)
+        losses.append(model(input_ids=ids, labels=labels).loss.item())
     return sum(losses) / len(losses)

@@ -12,7 +12,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.core.files import Files
-from pipeline.core.settings import BuiltinTarget, CostTiming, DrafterSpec, Evaluation, Validation
+from pipeline.core.settings import BuiltinTarget, CostTiming, DrafterSpec, Evaluation, TrainingData, Validation
 from pipeline.core.types import CostProfile, Curve, DepthChoice
 
 
@@ -48,6 +48,26 @@ class TargetRef(Contract):
 class TrainTargetConfig(JobConfig):
     builtin: BuiltinTarget
     device: str
+
+
+class RegenerateConfig(JobConfig):
+    """The target answers the training questions itself: its drafters' training text."""
+
+    target: TargetRef
+    data: TrainingData
+    device: str
+    unhashed: ClassVar[dict] = {"target": {"name"}}
+
+
+class TargetFeaturesConfig(JobConfig):
+    """The target's hidden states over its regenerated text, at the layers an EAGLE fusion reads,
+    computed once and shared by every drafter of that target and fusion."""
+
+    target: TargetRef
+    fusion: str  # "tri" | "last"
+    capture_layers: tuple[int, ...] | None  # the spec's explicit choice; None: the fusion's default
+    device: str
+    unhashed: ClassVar[dict] = {"target": {"name"}}
 
 
 class TrainDrafterConfig(JobConfig):
@@ -94,17 +114,28 @@ class MeasureSpeedupConfig(JobConfig):
 
 # -- results --------------------------------------------------------------------------------------
 
-class Trained(Contract):
-    """A trained model. `files` travels from the worker; the driver stores them as `checkpoint_dir`."""
+class Stored(Contract):
+    """A result made of files: they travel from the worker as bytes, and the driver keeps them in
+    its work directory (`checkpoint_dir`), where later jobs that take this result read them."""
 
-    family: str | None = None  # the drafter family ("eagle3", "standalone"); None for a target
-    metrics: dict[str, int | float]  # e.g. val_loss, train_seconds, num_params
-    history: dict[str, list[tuple[int, float]]] = {}
+    metrics: dict[str, int | float]
     files: Files | None = None
     checkpoint_dir: str | None = None
 
-    def without_files(self, checkpoint_dir: str) -> "Trained":
+    def without_files(self, checkpoint_dir: str):
         return self.model_copy(update={"files": None, "checkpoint_dir": checkpoint_dir})
+
+
+class Trained(Stored):
+    """A trained model (a Hugging Face folder, or an EAGLE drafter's checkpoint)."""
+
+    family: str | None = None  # the drafter family ("eagle3", "standalone"); None for a target
+    history: dict[str, list[tuple[int, float]]] = {}
+
+
+class Dataset(Stored):
+    """Training data a job made: the target's regenerated text (tokens.safetensors), or its hidden
+    states over that text (features.safetensors)."""
 
 
 class DiagnosticValue(Contract):

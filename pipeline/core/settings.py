@@ -16,6 +16,8 @@ from pipeline.core.sources import locate
 
 DRAFTER_KINDS = ("eagle3", "standalone")
 Corpus = Literal["stdlib", "pydoc", "chat"]
+# what a drafter trains on: a built-in corpus, or `regenerated`: its target's own answers (TrainingData)
+DrafterCorpus = Literal["stdlib", "pydoc", "chat", "regenerated"]
 PROMPT_CONDITIONS = ("default", "template+bos", "template_no_bos", "no_template", "no_template_no_bos",
                      "long_context")
 CHAT_ONLY = ("template+bos", "template_no_bos", "no_template", "no_template_no_bos")
@@ -97,7 +99,7 @@ class TrainDrafter(Strict):
     lr: float = Field(3e-3, gt=0)
     batch_size: int = Field(16, ge=1)
     seq_len: int = Field(128, ge=8)
-    corpus: Corpus = "stdlib"
+    corpus: DrafterCorpus = "stdlib"
 
     @model_validator(mode="after")
     def _chains_fit(self):
@@ -131,9 +133,19 @@ class Eagle3DrafterSpec(Strict):
         """An EAGLE drafter is always trained against its target by a train_drafter job."""
         return True
 
+    @property
+    def training_corpus(self) -> str:
+        return self.train.corpus
+
+    @property
+    def target_states(self) -> dict:
+        """The target states it trains on: a target_features job's fusion and capture layers."""
+        return {"fusion": self.fusion,
+                "capture_layers": tuple(self.capture_layers) if self.capture_layers is not None else None}
+
 
 class TrainStandalone(TrainTarget):
-    corpus: Corpus = "stdlib"
+    corpus: DrafterCorpus = "stdlib"
 
 
 class BuiltinStandalone(_HeadsDivide):
@@ -159,6 +171,15 @@ class StandaloneDrafterSpec(_ModelSource):
         """A built-in draft model is trained by a train_drafter job; an `hf` one is used as it is."""
         return self.builtin is not None
 
+    @property
+    def training_corpus(self) -> str | None:
+        return self.builtin.train.corpus if self.builtin is not None else None
+
+    @property
+    def target_states(self) -> None:
+        """A draft model reads no target states."""
+        return None
+
 
 def _drafter_kind(value) -> str:
     kind = value.get("kind", "eagle3") if isinstance(value, dict) else getattr(value, "kind", None)
@@ -170,6 +191,18 @@ DrafterSpec = Annotated[
     Annotated[Eagle3DrafterSpec, Tag("eagle3")] | Annotated[StandaloneDrafterSpec, Tag("standalone")],
     Discriminator(_drafter_kind),
 ]
+
+
+class TrainingData(Strict):
+    """What a target generates for its drafters to train on (a drafter's `train.corpus: regenerated`):
+    its own answers to the built-in chat questions (train split), as EAGLE-3 trains on the target's
+    regenerated responses. One set per target, shared by all its drafters."""
+
+    tokens: int = Field(100_000, ge=256, description="tokens to generate per target, prompts and answers together")
+    max_new_tokens: int = Field(256, ge=1, description="longest answer, in tokens")
+    max_prompt_tokens: int = Field(256, ge=8, description="prompts longer than this are skipped")
+    batch_size: int = Field(16, ge=1, description="prompts answered together")
+    temperature: float = Field(0.0, ge=0.0, le=2.0, description="0: greedy answers")
 
 
 class Pairing(Strict):

@@ -13,5 +13,6 @@ def run(config: TrainDrafterConfig, inputs: dict, *, num_gpus: float, progress) 
     family = config.drafter.kind
     train = resolve(DRAFTER_TRAINERS[family])  # the job's code version covers this trainer's module
     files, metrics = train(target=target, tokenizer=tokenizer, spec=config.drafter, seed=config.seed,
-                           device=device, progress=progress)
+                           device=device, progress=progress, data=inputs.get("data"),
+                           features=inputs.get("features"))
     return Trained(family=family, metrics=metrics, files=files)

@@ -1,0 +1,17 @@
+"""target_features: the target's hidden states over its regenerated text, for its EAGLE drafters."""
+from __future__ import annotations
+
+from pipeline.core.contracts import Dataset, TargetFeaturesConfig
+from workers.device import pick_device
+from workers.drafter import capture_layers
+from workers.models import load_target
+from workers.regenerate import load_text
+from workers.target_features import compute_features
+
+
+def run(config: TargetFeaturesConfig, inputs: dict, *, num_gpus: float, progress) -> Dataset:
+    device = pick_device(num_gpus)
+    target, _ = load_target(config.target, inputs.get("target"), device)
+    layers = capture_layers(target.config.num_hidden_layers, config.fusion, config.capture_layers)
+    files, metrics = compute_features(target, load_text(inputs["data"].files), layers, progress=progress)
+    return Dataset(metrics=metrics, files=files)

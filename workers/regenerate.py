@@ -1,0 +1,138 @@
+"""Drafter training text the target writes itself: its answers to the training questions.
+
+A drafter learns to predict what its target will say, so it should train on text the target
+says (EAGLE-3 and SpecForge regenerate the assistant turns of their chat data with the target).
+Each built-in chat question of the train split is rendered with the target's chat template up
+to the assistant turn, then the target answers it, `batch_size` prompts at a time (left-padded),
+until the text holds `tokens` tokens.
+
+The result is one flat token stream of samples [BOS] + prompt + answer, with `scored` marking
+the positions whose next token is part of an answer: drafters are trained on those only.
+"""
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+import safetensors.torch
+import torch
+
+from workers.chat import samples
+from workers.chat_format import chat_ids
+
+FILE = "tokens.safetensors"
+HELDOUT_EVERY = 20  # one sample in 20 is held out for validation
+
+
+def question_prompts(tokenizer, max_prompt_tokens: int, seed: int) -> list[list[int]]:
+    """The train split's questions as prompts ([BOS] + template up to the answer), shuffled."""
+    pool = samples("train")
+    order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed)).tolist()
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    out = []
+    for i in order:
+        ids = bos + chat_ids(tokenizer, pool[i], template=True, answer=False)
+        if len(ids) <= max_prompt_tokens:
+            out.append(ids)
+    return out
+
+
+@torch.no_grad()
+def answer_batch(target, prompts: list[list[int]], *, max_new: int, temperature: float, eos: int | None,
+                 pad: int, gen: torch.Generator | None) -> list[list[int]]:
+    """The target's answers to a batch of prompts (each up to and including EOS, or max_new long)."""
+    device = next(target.parameters()).device
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, p in enumerate(prompts):
+        ids[r, width - len(p):], mask[r, width - len(p):] = torch.tensor(p), 1
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 \
+        else {"do_sample": False}
+    if gen is not None:  # generate() draws from torch's global generator: seed it from ours
+        torch.manual_seed(int(torch.randint(2**31, (), generator=gen)))
+    out = target.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new,
+                          eos_token_id=eos, pad_token_id=pad, **sampling)
+    answers = []
+    for row in out[:, width:].tolist():
+        if eos is not None and eos in row:
+            row = row[: row.index(eos) + 1]
+        answers.append(row)
+    return answers
+
+
+def regenerate(target, tokenizer, *, data, seed: int, progress=None) -> tuple[dict[str, bytes], dict]:
+    """data: the spec's `training_data` section. Returns ({FILE: bytes}, metrics)."""
+    prompts = question_prompts(tokenizer, data.max_prompt_tokens, seed)
+    if not prompts:
+        raise ValueError(f"training_data: no training question fits in max_prompt_tokens={data.max_prompt_tokens}")
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos if eos is not None else 0)
+    gen = torch.Generator().manual_seed(seed) if data.temperature > 0 else None
+    ids: list[int] = []
+    scored: list[bool] = []
+    starts: list[int] = []
+    answered = answer_tokens = 0
+    t0 = time.perf_counter()
+    for lo in range(0, len(prompts), data.batch_size):
+        batch = prompts[lo: lo + data.batch_size]
+        for prompt, answer in zip(batch, answer_batch(target, batch, max_new=data.max_new_tokens,
+                                                      temperature=data.temperature, eos=eos, pad=pad, gen=gen)):
+            starts.append(len(ids))
+            ids += prompt + answer
+            # position t is scored when token t + 1 belongs to the answer
+            scored += [False] * (len(prompt) - 1) + [True] * len(answer) + [False]
+            answered += 1
+            answer_tokens += len(answer)
+        if progress is not None:
+            progress(min(len(ids), data.tokens), data.tokens, float("nan"))
+        if len(ids) >= data.tokens:
+            break
+    seconds = time.perf_counter() - t0
+    tensors = {"ids": torch.tensor(ids, dtype=torch.int64), "scored": torch.tensor(scored, dtype=torch.bool),
+               "starts": torch.tensor(starts, dtype=torch.int64)}
+    metrics = {"samples": answered, "tokens": len(ids), "answer_tokens": answer_tokens,
+               "mean_answer_len": answer_tokens / answered, "generate_seconds": seconds,
+               "answer_tokens_per_s": answer_tokens / seconds}
+    return {FILE: safetensors.torch.save(tensors)}, metrics
+
+
+class Text(NamedTuple):
+    ids: torch.Tensor  # [N] token ids, samples back to back
+    scored: torch.Tensor  # [N] bool: the next token belongs to an answer
+    starts: torch.Tensor  # [S] where each sample starts
+
+    def bounds(self) -> list[tuple[int, int]]:
+        """[start, end) of every sample."""
+        s = self.starts.tolist()
+        return list(zip(s, s[1:] + [self.ids.numel()]))
+
+    def sample_rows(self, split: str, batch_size: int, seq_len: int, gen: torch.Generator) -> torch.Tensor:
+        """Positions [B, T] of random windows that start where a sample starts, as the target saw
+        its text. Every HELDOUT_EVERY-th sample is held out: `split` "train" draws from the
+        others, "heldout" from those."""
+        held = torch.arange(self.starts.numel()) % HELDOUT_EVERY == HELDOUT_EVERY - 1
+        starts = self.starts[held == (split == "heldout")]
+        starts = starts[starts + seq_len <= self.ids.numel()]
+        if starts.numel() == 0:
+            raise ValueError(f"regenerated text: no {split} sample starts a window of {seq_len} tokens")
+        picked = starts[torch.randint(0, starts.numel(), (batch_size,), generator=gen)]
+        return picked[:, None] + torch.arange(seq_len)[None, :]
+
+    def lm_batch(self, split: str, batch_size: int, seq_len: int, gen: torch.Generator):
+        """(input ids, labels) for next-token training on the answers only (-100 elsewhere)."""
+        rows = self.sample_rows(split, batch_size, seq_len, gen)
+        ids = self.ids[rows]
+        labels = ids.clone()
+        labels[:, 0] = -100
+        labels[:, 1:][~self.scored[rows][:, :-1]] = -100  # label t is kept when position t-1 is scored
+        return ids, labels
+
+
+def load_text(files: dict[str, bytes]) -> Text:
+    """A regenerated text from its job's files; a corrupt file is a clear error."""
+    try:
+        t = safetensors.torch.load(files[FILE])
+        return Text(t["ids"], t["scored"], t["starts"])
+    except (KeyError, safetensors.SafetensorError) as exc:
+        raise RuntimeError(f"regenerated text: cannot read {FILE} ({exc})") from exc
