@@ -56,13 +56,15 @@ def ttt_loss(drafter: Eagle3Drafter, streams, target_logits, input_ids, ttt_dept
     """Weighted TTT loss and per-step top-1 agreement with the target's argmax.
 
     input_ids: [B, T]; drafter position i reads x_{i+1} and the target's features at i,
-    and is scored against the target's distribution at i+1. mask: [B, T] bool, the target
+    and is scored against the target's distribution at i+1. target_logits: over the target's
+    vocabulary, or already over the drafter's (draft vocabulary ids, in its order: the softmax
+    over them is the target's distribution restricted to them). mask: [B, T] bool, the target
     positions whose prediction carries a loss (None: all).
     """
     tokens = input_ids[:, 1:]  # [B, T-1]
     g0 = drafter.fuse([s[:, :-1] for s in streams])  # [B, T-1, d]
-    p_target = torch.softmax(target_logits[:, 1:], dim=-1)  # [B, T-1, V]
-    if drafter.cfg.draft_vocab is not None:  # the target's distribution restricted to the draft vocabulary
+    p_target = torch.softmax(target_logits[:, 1:], dim=-1)  # [B, T-1, V or draft_vocab]
+    if p_target.shape[-1] != drafter.lm_head.out_features:  # restricted to the draft vocabulary here
         p_target = p_target[..., drafter.draft_ids()]
         p_target = p_target / p_target.sum(-1, keepdim=True).clamp(min=1e-12)
     want = p_target.argmax(-1)
@@ -95,8 +97,9 @@ class CorpusBatches:
         self.bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else 0
         self.aligned = corpus == "chat"  # chat windows start at a sample's BOS, as the target saw them
 
-    def sample(self, batch_size: int, seq_len: int, gen: torch.Generator, device):
-        """(ids [B, T], streams, target logits [B, T, V], loss mask or None)."""
+    def sample(self, batch_size: int, seq_len: int, gen: torch.Generator, device, vocab=None):
+        """(ids [B, T], streams, target logits [B, T, V], loss mask or None); `vocab` is not used (the
+        target's pass computes every logit anyway)."""
         ids = sample_windows(self.stream, batch_size, seq_len, self.bos, gen, self.aligned).to(device)
         streams, logits = target_pass(self.target, ids, self.capture)
         return ids, streams, logits, None
@@ -141,6 +144,7 @@ def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None, d
     batches, val, stream = _sources(target, tokenizer, train, cfg.capture_layers, data, features)
     draft_ids = most_frequent(stream, cfg.vocab_size, cfg.draft_vocab) if cfg.draft_vocab else None
     drafter = drafter_from_target(target, cfg, draft_ids).to(device)
+    vocab = drafter.draft_ids() if cfg.draft_vocab else None  # the target logits the loss needs
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=train.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
@@ -150,7 +154,7 @@ def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None, d
         lr = warmup_cosine_lr(train.lr, step, steps, warmup=10, decay_during_warmup=True)
         for group in opt.param_groups:
             group["lr"] = lr
-        ids, streams, logits, mask = batches.sample(train.batch_size, train.seq_len, gen, device)
+        ids, streams, logits, mask = batches.sample(train.batch_size, train.seq_len, gen, device, vocab)
         loss, _ = ttt_loss(drafter, streams, logits, ids, train.ttt_depth, mask)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -162,7 +166,7 @@ def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None, d
     seconds = time.perf_counter() - t0
     drafter.eval()
     with torch.no_grad():
-        ids, streams, logits, mask = val.sample(16, train.seq_len, gen, device)
+        ids, streams, logits, mask = val.sample(16, train.seq_len, gen, device, vocab)
         val_loss, agree = ttt_loss(drafter, streams, logits, ids, train.ttt_depth, mask)
     metrics = {"train_loss": loss_v, "val_loss": val_loss.item(), "train_seconds": seconds,
                "data_tokens": stream.numel(), "tokens_seen": steps * train.batch_size * train.seq_len}
