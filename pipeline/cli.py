@@ -104,9 +104,9 @@ def run(
             out.print(best_table(rows, versioned=False))
         checks = _speedup_checks(plan, store)
         if checks:
-            from pipeline.report import speedup_table
+            from pipeline.report import engine_tables
 
-            out.print(speedup_table(checks))
+            out.print(engine_tables(checks))
         for h, reason in summary.failed.items():
             err.print(f"[red]failed[/red] {names[h]}: {reason}")
         if summary.failed:
@@ -210,10 +210,10 @@ def speedups(
         checks = [] if as_json else _benchmarks(store, rows)
     finally:
         store.close()
-    from pipeline.report import speedup_table
+    from pipeline.report import engine_tables
 
     _show(rows, as_json, "no engine benchmarks yet: add a `validation:` section to the spec and run it",
-          lambda: speedup_table(checks))
+          lambda: engine_tables(checks))
 
 
 def _benchmarks(store, rows: list[dict]) -> list[tuple[str, str, object]]:

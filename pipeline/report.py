@@ -117,6 +117,37 @@ def speedup_table(checks: list[tuple]) -> Table:
     return table
 
 
+def engine_tables(checks: list[tuple]):
+    """speedup_table, and hf_table below it when a check timed HF generate too."""
+    from rich.console import Group
+
+    hf = hf_table(checks)
+    return Group(speedup_table(checks), hf) if hf is not None else speedup_table(checks)
+
+
+def hf_table(checks: list[tuple]) -> Table | None:
+    """HF generate beside specfleet's engine on the same prompts; None when no check timed it."""
+    rows = [(t, d, c) for t, d, c in checks if c.hf_runs]
+    if not rows:
+        return None
+    table = Table(title="Hugging Face generate on the same prompts (an engine specfleet did not write)")
+    for col in ("target", "drafter", "engine", "tokens/s", "vs HF generate", "specfleet predicted", "greedy diffs"):
+        table.add_column(col, justify="left" if col in ("target", "drafter", "engine") else "right")
+    for target, drafter, check in rows:
+        plain = check.hf_runs[0].tokens_per_s
+        ours = check.tokens_per_s[check.chosen_depth]
+        table.add_row(target, drafter, f"specfleet engine, chosen k={check.chosen_depth}", f"{ours:.1f}",
+                      f"{ours / plain:.3f}x", f"{check.predicted_speedup[check.chosen_depth]:.3f}x", "")
+        for run in check.hf_runs:
+            k = run.num_assistant_tokens
+            predicted = f"{check.predicted_speedup[k]:.3f}x" if k is not None and run.confidence_threshold == 0 \
+                and k < len(check.predicted_speedup) else ""
+            table.add_row("", "", f"HF {run.name}", f"{run.tokens_per_s:.1f}", f"{run.speedup:.3f}x", predicted,
+                          str(run.mismatches))
+        table.add_section()
+    return table
+
+
 def plot_comparison(curves: dict[str, Curve], path: str | Path, title: str) -> Path:
     """Every pairing's survival and accept_len curves in one figure."""
     plt = pyplot()

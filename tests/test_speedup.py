@@ -56,7 +56,8 @@ def test_measure_speedup_job_compares_the_chosen_depth_with_the_best_measured(ti
     selected = c.Selected(choice=choice, hardware="cpu 2t x1 float32", condition="default", temperature=0.0)
     config = c.MeasureSpeedupConfig(seed=0, device="cpu", target=c.TargetRef(name="t"),
                                     drafter=Eagle3DrafterSpec(name="d", norm="post"), evaluation=EVAL,
-                                    validation=VALIDATION, num_cpus=2, num_gpus=0)
+                                    validation=VALIDATION.model_copy(update={"compare_hf": True}), num_cpus=2,
+                                    num_gpus=0)
     inputs = {"target": c.Trained(metrics={}, files=target_files),
               "drafter": c.Trained(family="eagle3", metrics={}, files=drafter_files), "depth": selected}
     check = run_job("measure_speedup", config, inputs, num_cpus=2, num_gpus=0).speedup_check
@@ -67,6 +68,7 @@ def test_measure_speedup_job_compares_the_chosen_depth_with_the_best_measured(ti
     assert check.passed == (check.chosen_vs_best >= 0.95) == (check.problems == ())
     assert check.greedy_mismatches == 0 and check.engine_accept_len[0] == 1.0
     assert all(a >= 1.0 for a in check.engine_accept_len)
+    assert [r.name for r in check.hf_runs] == ["generate"]  # HF cannot draft with an EAGLE head
 
     # costs timed elsewhere (here: with another thread count) cannot validate this engine's speed
     elsewhere = {**inputs, "depth": selected.model_copy(update={"hardware": "cpu 1t x1 float32"})}
@@ -108,3 +110,35 @@ def test_the_decode_walk_over_measured_chains_is_what_the_engine_does(tiny_targe
             c += walk[-1] + 1
         assert engine == walk, k
         assert decode_walk(accepted, k) == (sum(walk) + len(walk), len(walk))
+
+
+def test_hf_generate_and_assisted_generation_are_timed_on_the_same_prompts(tiny_target):
+    """The target as its own HF assistant: assisted generation must decode what plain generate does."""
+    from pipeline.core.files import cached_dir
+    from pipeline.core.settings import StandaloneDrafterSpec
+    from pipeline.report import engine_tables
+
+    _, _, target_files = tiny_target
+    folder = str(cached_dir(target_files))
+    curve = Curve(condition="default", temperature=0.0, num_chains=10, cond_accept=(0.9, 0.9, 0.9),
+                  survival=(0.9, 0.81, 0.729), accept_len=(1.0, 1.9, 2.71, 3.439))
+    selected = c.Selected(choice=choose_depth(curve, 0.5), hardware="cpu 2t x1 float32", condition="default",
+                          temperature=0.0)
+    config = c.MeasureSpeedupConfig(seed=0, device="cpu", target=c.TargetRef(name="t"),
+                                    drafter=StandaloneDrafterSpec(name="self", kind="standalone", hf=folder),
+                                    evaluation=EVAL, validation=VALIDATION.model_copy(update={"compare_hf": True}),
+                                    num_cpus=2, num_gpus=0)
+    inputs = {"target": c.Trained(metrics={}, files=target_files), "depth": selected}
+    check = run_job("measure_speedup", config, inputs, num_cpus=2, num_gpus=0).speedup_check
+    names = [r.name for r in check.hf_runs]
+    assert names == ["generate", "assisted k=1", "assisted k=2", "assisted k=3", "assisted (HF defaults)"]
+    assert check.hf_runs[0].speedup == 1.0 and all(r.tokens_per_s > 0 for r in check.hf_runs)
+    assert all(r.mismatches == 0 for r in check.hf_runs)  # lossless on HF's engine too
+    assert [r.num_assistant_tokens for r in check.hf_runs[1:]] == [1, 2, 3, 20]
+    assert check.hf_runs[-1].confidence_threshold == 0.4 and check.hf_runs[1].confidence_threshold == 0.0
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(engine_tables([("t", "self", check)]))
+    text = console.export_text()
+    assert "HF assisted k=2" in text and "specfleet engine, chosen k=" in text

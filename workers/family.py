@@ -66,6 +66,10 @@ class EagleFamily:
     def proposer(self, drafter) -> EagleProposer:
         return EagleProposer(drafter)
 
+    def hf_assistant(self, drafter):
+        """HF generate cannot draft with an EAGLE head: no assisted-generation comparison."""
+        return None
+
     def step_timer(self, drafter, target, ctx, context_len: int):
         """A closure running one drafter step against a cached context of context_len tokens."""
         streams, _ = target_pass(target, ctx, drafter.cfg.capture_layers)
@@ -108,6 +112,10 @@ class StandaloneFamily:
 
     def proposer(self, model) -> ModelProposer:
         return ModelProposer(model)
+
+    def hf_assistant(self, model):
+        """The draft model is what HF's assisted generation takes as `assistant_model`."""
+        return model
 
     def step_timer(self, model, target, ctx, context_len: int):
         """One decode step of the draft model against a cached context, the cache cropped back."""

@@ -32,6 +32,15 @@ class EngineBenchmark:
     seconds: tuple[float, ...]
 
 
+def validation_prompts(tokenizer, evaluation, validation, seed: int) -> list[torch.Tensor]:
+    """Held-out prompts of the primary condition that the acceptance curve never saw: the curve's
+    draw, continued."""
+    seen = evaluation.num_prompts
+    return build_prompts(tokenizer, corpus=evaluation.corpus, condition=evaluation.conditions[0],
+                         num_prompts=seen + validation.num_prompts, prompt_len=evaluation.prompt_len,
+                         long_context_len=evaluation.long_context_len, seed=seed)[seen:]
+
+
 def engine_speedups(*, target, proposer, tokenizer, evaluation, validation, seed: int) -> EngineBenchmark:
     """Measured tokens/s, speedup over k = 0 and the engine's accept_len at every k.
 
@@ -42,10 +51,7 @@ def engine_speedups(*, target, proposer, tokenizer, evaluation, validation, seed
     """
     condition, temperature = evaluation.conditions[0], evaluation.temperatures[0]
     max_depth = evaluation.max_depth
-    curve_prompts = evaluation.num_prompts  # the same draw continued: prompts the curve never saw
-    prompts = build_prompts(tokenizer, corpus=evaluation.corpus, condition=condition,
-                            num_prompts=curve_prompts + validation.num_prompts, prompt_len=evaluation.prompt_len,
-                            long_context_len=evaluation.long_context_len, seed=seed)[curve_prompts:]
+    prompts = validation_prompts(tokenizer, evaluation, validation, seed)
     device = next(target.parameters()).device
     depths = list(range(max_depth + 1))
     seconds, tokens, passes = [0.0] * len(depths), [0] * len(depths), [0] * len(depths)

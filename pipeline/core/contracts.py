@@ -175,6 +175,18 @@ class Selected(Contract):
     schedule: tuple[tuple[int, int, int], ...] | None = None  # inclusive [lo, hi, k] ranges
 
 
+class HFRun(Contract):
+    """Hugging Face `generate` on the same prompts: plain, or assisted by the standalone draft model
+    with `num_assistant_tokens` drafts a round (workers/hf_engine.py)."""
+
+    name: str
+    num_assistant_tokens: int | None
+    confidence_threshold: float | None  # an assisted draft stops early under this top probability
+    tokens_per_s: float
+    speedup: float  # over plain HF generate
+    mismatches: int  # greedy: prompts decoded differently from plain HF generate
+
+
 class SpeedupCheck(Contract):
     """The real engine at every depth k = 0..max_depth beside the predicted speedup, and a verdict."""
 
@@ -195,6 +207,7 @@ class SpeedupCheck(Contract):
     cost_hardware: str
     passed: bool
     problems: tuple[str, ...]
+    hf_runs: tuple[HFRun, ...] = ()  # with validation.compare_hf: the same prompts through HF generate
 
 
 class Validated(Contract):

@@ -283,6 +283,9 @@ class Validation(Strict):
     warmup_prompts: int = Field(1, ge=0, description="prompts decoded untimed first, at every depth")
     tolerance: float = Field(0.05, ge=0, lt=1, description="the chosen depth must reach (1 - tolerance) x "
                                                              "the best measured tokens/s")
+    compare_hf: bool = Field(False, description="also time Hugging Face generate on the same prompts (and, for "
+                                                "a standalone drafter, HF assisted generation at every depth "
+                                                "and with HF's defaults)")
 
 
 class Resources(Strict):

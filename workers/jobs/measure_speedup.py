@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipeline.core.contracts import MeasureSpeedupConfig, Selected, SpeedupCheck, Validated
+from pipeline.core.contracts import HFRun, MeasureSpeedupConfig, Selected, SpeedupCheck, Validated
 from workers.device import hardware_id, pick_device
 from workers.family import load_pairing
-from workers.speedup import EngineBenchmark, engine_speedups
+from workers.hf_engine import hf_comparison
+from workers.speedup import EngineBenchmark, engine_speedups, validation_prompts
 
 
 def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress) -> Validated:
@@ -24,8 +25,24 @@ def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress
     measured = engine_speedups(target=target, proposer=family.proposer(drafter), tokenizer=tokenizer,
                                evaluation=evaluation, validation=config.validation, seed=config.seed)
     param = next(target.parameters())
-    return Validated(speedup_check=verdict(measured, selected, hardware_id(param.device, param.dtype),
-                                           config.validation.tolerance))
+    check = verdict(measured, selected, hardware_id(param.device, param.dtype), config.validation.tolerance)
+    if config.validation.compare_hf:
+        check = check.model_copy(update={"hf_runs": _hf_runs(target, tokenizer, family, drafter, config)})
+    return Validated(speedup_check=check)
+
+
+def _hf_runs(target, tokenizer, family, drafter, config: MeasureSpeedupConfig) -> tuple[HFRun, ...]:
+    """The same held-out prompts through HF generate, and HF assisted generation with a draft model."""
+    evaluation, validation = config.evaluation, config.validation
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    runs = hf_comparison(target, validation_prompts(tokenizer, evaluation, validation, config.seed),
+                         new_tokens=validation.new_tokens or evaluation.continuation_len,
+                         temperature=evaluation.temperatures[0], pad=pad, seed=config.seed,
+                         assistant=family.hf_assistant(drafter), max_depth=evaluation.max_depth)
+    plain = runs[0].tokens_per_s
+    return tuple(HFRun(name=r.name, num_assistant_tokens=r.num_assistant_tokens,
+                       confidence_threshold=r.confidence_threshold, tokens_per_s=r.tokens_per_s,
+                       speedup=r.tokens_per_s / plain, mismatches=r.mismatches) for r in runs)
 
 
 def verdict(measured: EngineBenchmark, selected: Selected, hardware: str, tolerance: float) -> SpeedupCheck:

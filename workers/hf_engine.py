@@ -1,0 +1,117 @@
+"""Hugging Face `generate` as a second engine that specfleet did not write.
+
+What a user has without specfleet is the target's own `generate`; with a standalone draft model,
+HF's assisted generation (`assistant_model=`), which drafts `num_assistant_tokens` tokens and
+stops a draft early when the assistant's top probability falls under
+`assistant_confidence_threshold` (HF's defaults: 20 drafts, threshold 0.4, a constant schedule).
+Timing it beside specfleet's engine answers two questions: does the depth specfleet chose beat
+what HF does by default, and does specfleet's predicted speedup hold on an engine it did not
+write?
+
+Each run decodes `new_tokens` tokens after every prompt, EOS ignored (as specfleet's engine
+does), and is timed twice: for new_tokens and for one token. The difference is the decoding
+after the prompt's pass, the figure specfleet's engine reports.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import GenerationConfig
+
+HF_DEFAULTS = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant",
+               "assistant_confidence_threshold": 0.4}
+
+
+@dataclass(frozen=True)
+class HFRun:
+    """One HF generation setting over the validation prompts."""
+
+    name: str  # "generate", "assisted k=3", "assisted (HF defaults)"
+    num_assistant_tokens: int | None
+    confidence_threshold: float | None
+    tokens_per_s: float
+    mismatches: int  # greedy: prompts whose output differs from plain HF generate
+    outputs: tuple[tuple[int, ...], ...]
+
+
+def _config(new_tokens: int, temperature: float, pad: int) -> GenerationConfig:
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 \
+        else {"do_sample": False}
+    return GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=0, eos_token_id=None, pad_token_id=pad,
+                            **sampling)
+
+
+def _clock(device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+@torch.no_grad()
+def _decode(target, prompt: torch.Tensor, new_tokens: int, temperature: float, pad: int, assistant, seed: int):
+    """(tokens after the prompt, seconds) of one generate call."""
+    torch.manual_seed(seed)  # generate() samples from torch's global generator
+    extra = {"assistant_model": assistant} if assistant is not None else {}
+    t0 = _clock(prompt.device)
+    out = target.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
+                          generation_config=_config(new_tokens, temperature, pad), **extra)
+    return out[0, prompt.shape[1]:].tolist(), _clock(prompt.device) - t0
+
+
+def time_hf(target, prompts: list[torch.Tensor], *, new_tokens: int, temperature: float, pad: int, seed: int,
+            assistant=None, name: str = "generate", num_assistant_tokens: int | None = None,
+            confidence_threshold: float | None = None, reference: list[list[int]] | None = None,
+            warmup: int = 1) -> HFRun:
+    """tokens/s of HF generate (with `assistant`: assisted generation with these settings)."""
+    if assistant is not None:  # HF reads the assistant's settings from its own generation config
+        assistant = _with_settings(assistant, num_assistant_tokens, confidence_threshold)
+    device = next(target.parameters()).device
+    for prompt in prompts[:warmup]:
+        _decode(target, prompt[None].to(device), 4, temperature, pad, assistant, seed)
+    seconds, tokens, outputs, mismatches = 0.0, 0, [], 0
+    for i, prompt in enumerate(prompts):
+        ids = prompt[None].to(device)
+        out, full = _decode(target, ids, new_tokens, temperature, pad, assistant, seed + i)
+        _, first = _decode(target, ids, 1, temperature, pad, assistant, seed + i)
+        seconds += max(full - first, 1e-9)
+        tokens += len(out) - 1
+        outputs.append(tuple(out))
+        if reference is not None and temperature == 0 and list(out) != list(reference[i]):
+            mismatches += 1
+    return HFRun(name, num_assistant_tokens, confidence_threshold, tokens / seconds, mismatches, tuple(outputs))
+
+
+def _with_settings(assistant, num_assistant_tokens: int | None, threshold: float | None):
+    """The assistant with its own generation config set: k drafts per round, a constant schedule,
+    and the confidence threshold (0: never stop a draft early); None keeps HF's default."""
+    assistant.generation_config = copy.deepcopy(assistant.generation_config)
+    cfg = assistant.generation_config
+    cfg.num_assistant_tokens_schedule = "constant"
+    cfg.num_assistant_tokens = num_assistant_tokens if num_assistant_tokens is not None \
+        else HF_DEFAULTS["num_assistant_tokens"]
+    cfg.assistant_confidence_threshold = threshold if threshold is not None \
+        else HF_DEFAULTS["assistant_confidence_threshold"]
+    return assistant
+
+
+def hf_comparison(target, prompts, *, new_tokens: int, temperature: float, pad: int, seed: int, assistant=None,
+                  max_depth: int = 0) -> list[HFRun]:
+    """Plain HF generate; with a draft model, HF assisted generation at k = 1..max_depth drafts
+    (no early stop) and with HF's defaults."""
+    plain = time_hf(target, prompts, new_tokens=new_tokens, temperature=temperature, pad=pad, seed=seed)
+    runs = [plain]
+    if assistant is None:
+        return runs
+    reference = [list(o) for o in plain.outputs]
+    for k in range(1, max_depth + 1):
+        runs.append(time_hf(target, prompts, new_tokens=new_tokens, temperature=temperature, pad=pad, seed=seed,
+                            assistant=assistant, name=f"assisted k={k}", num_assistant_tokens=k,
+                            confidence_threshold=0.0, reference=reference))
+    runs.append(time_hf(target, prompts, new_tokens=new_tokens, temperature=temperature, pad=pad, seed=seed,
+                        assistant=assistant, name="assisted (HF defaults)",
+                        num_assistant_tokens=HF_DEFAULTS["num_assistant_tokens"],
+                        confidence_threshold=HF_DEFAULTS["assistant_confidence_threshold"], reference=reference))
+    return runs
