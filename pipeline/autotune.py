@@ -15,7 +15,7 @@ from pipeline import emitters
 from pipeline.core.schedule import check_schedule
 from pipeline.errors import UserError
 
-ENGINES = ("vllm", "sglang", "trtllm")
+ENGINES = ("vllm", "sglang", "trtllm", "transformers")
 
 
 def schedule_of(row: dict) -> list[tuple[int, int, int]]:
@@ -79,6 +79,16 @@ def render(engine: str, schedule: list[tuple[int, int, int]], *, model: str, met
                                         decoding_type="Eagle3" if method == "eagle3" else "DraftTarget")
         emitters.check_trtllm(config)
         return emitters.trtllm_yaml(config)
+    if engine == "transformers":
+        if method != "draft_model":
+            raise UserError("--engine transformers: HF assisted generation drafts with a standalone draft model; "
+                            f"this drafter is {method} (use --engine vllm, sglang or trtllm)")
+        if schedule[0][2] == 0:
+            raise UserError("--engine transformers: the batch-size-1 depth is 0 (HF generate decodes one "
+                            "sequence): speculation does not pay; generate without an assistant")
+        config = emitters.transformers_config(schedule, model=model)
+        emitters.check_transformers(config)
+        return json.dumps(config, indent=1)
     raise UserError(f"--engine: unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
 
 

@@ -256,7 +256,7 @@ def status(workdir: WorkdirOpt = Path(".specfleet"), db: DbOpt = None):
 
 @app.command()
 def autotune(
-    engine: Annotated[str, typer.Option("--engine", help="vllm | sglang | trtllm")],
+    engine: Annotated[str, typer.Option("--engine", help="vllm | sglang | trtllm | transformers")],
     target: Annotated[Optional[str], typer.Option("--target", help="The pairing's target.")] = None,
     drafter: Annotated[Optional[str], typer.Option("--drafter", help="The pairing's drafter.")] = None,
     hardware: Annotated[Optional[str], typer.Option("--hardware", help="Which hardware's tuned config.")] = None,

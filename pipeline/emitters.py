@@ -83,6 +83,21 @@ def trtllm_yaml(config: dict) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
+def transformers_config(schedule: list[Range], *, model: str) -> dict:
+    """Hugging Face assisted generation with a draft model: `generate(assistant_model=...)` reads
+    the drafting settings from the assistant's own generation config. It decodes one sequence at
+    a time, so the batch-size-1 depth is the one that applies; a constant schedule and no
+    confidence cut-off make it draft exactly that many tokens a round, as the depth was tuned."""
+    return {
+        "assistant_model": model,
+        "assistant_generation_config": {
+            "num_assistant_tokens": schedule[0][2],
+            "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0,
+        },
+    }
+
+
 # ---- the engines' rules, checked on every emitted config -----------------------------------
 
 def check_vllm(config: dict) -> None:
@@ -117,3 +132,12 @@ def check_trtllm(config: dict) -> None:
         raise ValueError("trtllm: the value at the smallest key must equal max_draft_len")
     if any(v > spec["max_draft_len"] or v < 0 for v in schedule.values()):
         raise ValueError("trtllm: every scheduled draft length must lie in 0..max_draft_len")
+
+
+def check_transformers(config: dict) -> None:
+    settings = config["assistant_generation_config"]
+    k = settings["num_assistant_tokens"]
+    if not isinstance(k, int) or k <= 0:
+        raise ValueError("transformers: num_assistant_tokens must be a positive integer (the batch-1 depth)")
+    if settings["num_assistant_tokens_schedule"] != "constant" or settings["assistant_confidence_threshold"] != 0:
+        raise ValueError("transformers: a tuned depth needs a constant schedule and no confidence cut-off")

@@ -160,3 +160,39 @@ def test_offline_depth_zero_prints_no_config_and_exports_nothing(tmp_path):
     assert done.returncode == 0 and done.stdout == ""
     assert "speculation does not pay on cpu 2t x1 float32" in done.stderr
     assert not (tmp_path / "exports").exists()
+
+
+def test_transformers_settings_make_hf_assisted_generation_draft_the_tuned_depth(tiny_target):
+    """The emitted settings, applied as a user would, make HF draft exactly k tokens a round."""
+    import copy
+
+    import torch
+
+    model, _, _ = tiny_target
+    config = json.loads(render("transformers", [(1, 4, 3), (5, 256, 1)], model="/draft", method="draft_model"))
+    assert config["assistant_model"] == "/draft"
+    assistant = copy.deepcopy(model)
+    for key, value in config["assistant_generation_config"].items():
+        setattr(assistant.generation_config, key, value)
+    drafted = []
+    forward = assistant.forward
+
+    def counting(*args, **kwargs):
+        drafted.append(kwargs["input_ids"].shape[1])
+        return forward(*args, **kwargs)
+
+    assistant.forward = counting
+    prompt = torch.tensor([[1, 40, 41, 42, 43]])
+    out = model.generate(prompt, attention_mask=torch.ones_like(prompt), assistant_model=assistant,
+                         max_new_tokens=13, do_sample=False, eos_token_id=None, pad_token_id=0)
+    plain = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=13, do_sample=False,
+                           eos_token_id=None, pad_token_id=0)
+    assert torch.equal(out, plain)
+    # each round feeds the assistant what it has not seen, then 2 more single steps: 3 drafts a round
+    starts = [i for i, n in enumerate(drafted) if n > 1]
+    assert len(starts) >= 3 and starts[0] == 0
+    assert all(b - a == 3 for a, b in zip(starts, starts[1:]))
+    with pytest.raises(UserError, match="standalone draft model"):
+        render("transformers", [(1, 4, 3)], model="/d", method="eagle3")
+    with pytest.raises(UserError, match="batch-size-1 depth is 0"):
+        render("transformers", [(1, 1, 0), (2, 8, 2)], model="/d", method="draft_model")
