@@ -1,5 +1,11 @@
-"""The live view of a run: one bar for the whole plan, one per running job, status counts."""
+"""The live view of a run: one bar for the whole plan, one per running job, status counts.
+
+On a terminal the bars redraw in place; anywhere else (a log file, a pipe, CI) the same news
+comes as plain lines: a job started, its step every PLAIN_EVERY seconds, finished or failed.
+"""
 from __future__ import annotations
+
+import time
 
 from rich.console import Group
 from rich.live import Live
@@ -7,10 +13,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 
+PLAIN_EVERY = 60.0
+
+
 class ProgressView:
     def __init__(self, console, jobs: dict, cached: set[str]):
         self.jobs = jobs
         self.cached = cached
+        self.console = console
+        self.plain = not console.is_terminal
+        self.said: dict[str, float] = {}  # plain mode: job hash -> when its last line was written
+        self.t0 = time.monotonic()
         self.bars = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
             TimeElapsedColumn(), console=console,
@@ -21,14 +34,19 @@ class ProgressView:
         self.live = Live(Group(self.bars, self.counts), console=console, refresh_per_second=4, transient=False)
 
     def __enter__(self):
-        self.live.__enter__()
+        if not self.plain:
+            self.live.__enter__()
         return self
 
     def __exit__(self, *exc):
-        self.live.__exit__(*exc)
-        self.live.console.print()
+        if not self.plain:
+            self.live.__exit__(*exc)
+            self.live.console.print()
 
     def update(self, board: dict, summary) -> None:
+        if self.plain:
+            self._lines(board, summary)
+            return
         finished = set(summary.done) | set(summary.failed)
         for h, state in board.items():
             if h in finished:
@@ -48,3 +66,25 @@ class ProgressView:
         self.bars.update(self.overall, completed=len(self.cached) + done + len(summary.failed))
         self.counts.plain = (f"pending {pending}  running {running}  done {done}  "
                              f"cached {len(self.cached)}  failed {len(summary.failed)}")
+
+    def _lines(self, board: dict, summary) -> None:
+        now = time.monotonic()
+        stamp = f"[{now - self.t0:7.0f} s]"
+        for h in list(summary.done) + list(summary.failed):
+            if self.said.get(h, 0.0) >= 0 and h in self.jobs and h not in self.cached:
+                what = "failed" if h in summary.failed else "done"
+                self._say(f"{stamp} {what} {self.jobs[h].name}")
+                self.said[h] = -1.0  # said for good
+        for h, state in board.items():
+            if self.said.get(h) == -1.0 or h not in self.jobs:
+                continue
+            if h not in self.said:
+                self._say(f"{stamp} started {self.jobs[h].name}")
+                self.said[h] = now
+            elif "step" in state and now - self.said[h] >= PLAIN_EVERY:
+                loss = f", loss {state['loss']:.3f}" if state["loss"] == state["loss"] else ""
+                self._say(f"{stamp} {self.jobs[h].name}: {state['step']}/{state['total']}{loss}")
+                self.said[h] = now
+
+    def _say(self, line: str) -> None:
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
