@@ -105,3 +105,22 @@ def test_an_eagle_drafter_on_smollm2_takes_its_grouped_query_shape(smollm2):
     plain, _ = generate(model, None, prompt, max_new=6, depth=0, temperature=0.0)
     spec, _ = generate(model, EagleProposer(drafter), prompt, max_new=6, depth=2, temperature=0.0)
     assert spec == plain
+
+
+@needs_file
+def test_prompts_are_rendered_with_the_models_own_chat_template(smollm2):
+    from workers.prompts import build_prompts
+
+    _, tokenizer = smollm2
+    common = dict(corpus="chat", num_prompts=2, prompt_len=160, long_context_len=300, seed=0)
+    templated = build_prompts(tokenizer, condition="template+bos", **common)[0]
+    text = tokenizer.decode(templated)
+    # ChatML: the tokenizer's BOS is <|im_start|>, which opens the system turn
+    assert templated[0].item() == tokenizer.bos_token_id == 1 and text.startswith("<|im_start|>system\n")
+    assert "<|im_end|>\n<|im_start|>user\n" in text and "<|im_start|>assistant\n" in text
+    no_bos = build_prompts(tokenizer, condition="template_no_bos", **common)[0]
+    assert torch.equal(no_bos, templated[1:])  # the same turns without their first token
+    bare = tokenizer.decode(build_prompts(tokenizer, condition="no_template", **common)[0])
+    assert "<|im_start|>" not in bare[len("<|im_start|>"):] and "assistant" not in bare
+    long = build_prompts(tokenizer, condition="long_context", **common)[0]
+    assert long.numel() >= 300 and tokenizer.decode(long).count("<|im_start|>user") >= 2
