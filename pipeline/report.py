@@ -70,7 +70,7 @@ def plot_speedup_check(check, path: str | Path, title: str) -> Path:
 def plot_drift(rows, path: str | Path, title: str) -> Path:
     """The drift diagnostics against depth, one line per (condition, temperature)."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 4, figsize=(14, 3.4))
+    fig, axes = plt.subplots(1, len(DRIFT_NAMES), figsize=(3.5 * len(DRIFT_NAMES), 3.4))
     for ax, name in zip(axes, DRIFT_NAMES):
         lines: dict[str, list[tuple[int, float]]] = {}
         for r in rows:  # DiagnosticValue

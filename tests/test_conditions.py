@@ -76,8 +76,10 @@ def test_every_condition_gives_curves_and_diagnostics(chat_target):
     # zero noise drafts exactly what no noise drafts
     assert by_key[("hidden_noise@0", 0.0)].accept_len == by_key[("template+bos", 0.0)].accept_len
     rows = out.diagnostics
-    for name in ("sink_attn", "recent_attn"):
+    for name in ("sink_attn", "recent_attn", "draft_attn"):
         assert all(0.0 <= r.value <= 1.0 for r in rows if r.name == name)
+    drafts = {r.depth: r.value for r in rows if r.name == "draft_attn" and r.condition == "template+bos"}
+    assert drafts[1] == 0.0 and drafts[3] > 0.0  # the first step sees no drafts; later ones do
     assert all(r.value >= 0 for r in rows if r.name == "attn_entropy")
     assert {r.depth for r in rows if r.name == "rms"} == {1, 2, 3}
     assert {"rms_low", "rms_mid", "rms_high", "rms_fused"} <= {r.name for r in rows if r.depth == 0}
@@ -130,3 +132,17 @@ def engine_drafts(model, seq, c):
     proposer = ModelProposer(model)
     proposer.start(seq[0, : c + 2].tolist())
     return proposer.propose(4, 0.0, None)[0]
+
+
+def test_the_sink_is_where_the_target_parks_its_attention():
+    """Keys whose target state carries a massive activation are the sink; key 0 on a target with none."""
+    from workers.diagnostics import sink_keys
+
+    gen = torch.Generator().manual_seed(0)
+    calm = [torch.randn(1, 12, 16, generator=gen) for _ in range(3)]
+    assert sink_keys(calm, 11).tolist() == [True] + [False] * 10
+    loud = [s.clone() for s in calm]
+    loud[2][0, 4] *= 200.0  # the deepest stream's token 4 has a massive activation (a delimiter sink)
+    loud[1][0, 0] *= 200.0  # and the middle stream's first token
+    assert sink_keys(loud, 11).nonzero().flatten().tolist() == [0, 4]
+    assert sink_keys(loud, 4).nonzero().flatten().tolist() == [0]  # only keys that exist count
