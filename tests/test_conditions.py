@@ -144,3 +144,15 @@ def test_the_sink_is_where_the_target_parks_its_attention():
     loud[1][0, 0] *= 200.0  # and the middle stream's first token
     assert sink_keys(loud, 11).nonzero().flatten().tolist() == [0, 4]
     assert sink_keys(loud, 4).nonzero().flatten().tolist() == [0]  # only keys that exist count
+
+
+def test_a_chat_prompt_can_end_where_the_assistant_turn_begins(chat_target):
+    from pipeline.core.files import cached_dir
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(cached_dir(chat_target.files))
+    kw = dict(corpus="chat", num_prompts=3, prompt_len=96, long_context_len=200, seed=0)
+    served = build_prompts(tok, condition="template+bos", answer_prefix=0, **kw)
+    mid = build_prompts(tok, condition="template+bos", **kw)  # 4 tokens into the reference answer
+    for a, b in zip(served, mid):
+        assert tok.decode(a).endswith(ASSISTANT) and torch.equal(b[: a.numel()], a) and b.numel() == a.numel() + 4

@@ -79,7 +79,8 @@ def measure_curves(*, target, drafter, family, tokenizer, evaluation, seed: int)
     for condition in evaluation.conditions:
         prompts = build_prompts(tokenizer, corpus=evaluation.corpus, condition=condition,
                                 num_prompts=evaluation.num_prompts, prompt_len=evaluation.prompt_len,
-                                long_context_len=evaluation.long_context_len, seed=seed)
+                                long_context_len=evaluation.long_context_len, seed=seed,
+                                answer_prefix=evaluation.answer_prefix)
         for temp in evaluation.temperatures:
             gen = torch.Generator().manual_seed(seed)
             chains = family.chains(drafter, target, evaluation.max_depth)

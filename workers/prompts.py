@@ -15,7 +15,6 @@ from workers.chat import samples
 from workers.chat_format import chat_ids
 from workers.tokenizer import token_stream
 
-ANSWER_PREFIX = 4  # tokens of the reference answer kept in a chat prompt, so the target is mid-answer
 FORMATS = {  # condition -> (chat template, BOS)
     "default": (True, True),
     "template+bos": (True, True),
@@ -31,8 +30,9 @@ def prompt_format(condition: str) -> str:
 
 
 def build_prompts(tokenizer, *, corpus: str, condition: str, num_prompts: int, prompt_len: int,
-                  long_context_len: int, seed: int) -> list[torch.Tensor]:
-    """num_prompts 1-D id tensors (lengths may differ) for one condition."""
+                  long_context_len: int, seed: int, answer_prefix: int = 4) -> list[torch.Tensor]:
+    """num_prompts 1-D id tensors (lengths may differ) for one condition. A chat prompt ends
+    `answer_prefix` tokens into the reference answer (0: where the assistant's turn begins)."""
     fmt = prompt_format(condition)
     if corpus != "chat":
         length = long_context_len if fmt == "long_context" else prompt_len
@@ -40,11 +40,12 @@ def build_prompts(tokenizer, *, corpus: str, condition: str, num_prompts: int, p
     chosen = _pick(len(samples("heldout")), num_prompts, seed)
     pool = samples("heldout")
     if fmt == "long_context":
-        return [_long_chat(tokenizer, pool, i, long_context_len) for i in chosen]
+        return [_long_chat(tokenizer, pool, i, long_context_len, answer_prefix) for i in chosen]
     template, bos = FORMATS[fmt]
     if bos and tokenizer.bos_token_id is None:
         raise ValueError(f"condition '{condition}' starts prompts with BOS, but this tokenizer has no BOS token")
-    return [_chat_prompt(tokenizer, pool[i], template=template, bos=bos, max_len=prompt_len) for i in chosen]
+    return [_chat_prompt(tokenizer, pool[i], template=template, bos=bos, max_len=prompt_len, answer_prefix=answer_prefix)
+            for i in chosen]
 
 
 def _pick(n: int, k: int, seed: int) -> list[int]:
@@ -56,9 +57,9 @@ def _ids(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def _chat_prompt(tokenizer, sample, *, template: bool, bos: bool, max_len: int) -> torch.Tensor:
-    """[BOS] + the turns up to the assistant's answer + its first ANSWER_PREFIX tokens, <= max_len."""
-    answer = _ids(tokenizer, sample.answer)[:ANSWER_PREFIX]
+def _chat_prompt(tokenizer, sample, *, template: bool, bos: bool, max_len: int, answer_prefix: int) -> torch.Tensor:
+    """[BOS] + the turns up to the assistant's answer + its first answer_prefix tokens, <= max_len."""
+    answer = _ids(tokenizer, sample.answer)[:answer_prefix]
     room = max_len - len(answer) - int(bos)
     head = chat_ids(tokenizer, sample, template=template, answer=False)
     if len(head) > room:  # shorten the question, never the template around it
@@ -71,9 +72,9 @@ def _chat_prompt(tokenizer, sample, *, template: bool, bos: bool, max_len: int) 
     return torch.tensor(ids, dtype=torch.long)
 
 
-def _long_chat(tokenizer, pool, index: int, min_len: int) -> torch.Tensor:
+def _long_chat(tokenizer, pool, index: int, min_len: int, answer_prefix: int) -> torch.Tensor:
     """Earlier full turns, then the prompt of sample `index`, at least min_len tokens in all."""
-    last = _chat_prompt(tokenizer, pool[index], template=True, bos=False, max_len=10_000)
+    last = _chat_prompt(tokenizer, pool[index], template=True, bos=False, max_len=10_000, answer_prefix=answer_prefix)
     history: list[int] = []
     j = index
     while len(history) + last.numel() + 1 < min_len:

@@ -238,6 +238,8 @@ class Evaluation(Strict):
     corpus: Corpus = "stdlib"
     conditions: list[Condition] = Field(["default"], min_length=1)
     long_context_len: int = Field(512, ge=16, description="prompt tokens under the long_context condition")
+    answer_prefix: int = Field(4, ge=0, description="chat prompts end this many tokens into the reference answer; "
+                                                    "0: where the assistant's turn begins, as a served chat does")
 
     @model_validator(mode="after")
     def _chat_conditions(self):
