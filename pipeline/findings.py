@@ -92,9 +92,10 @@ def plot_findings(curves, diags, *, condition: str, temperature: float, path: st
 
     plt = pyplot()
     where = {"condition": condition, "temperature": temperature}
-    panels = [(name, diagnostic_by_depth(diags, name=name, **where)) for name in ("rms", "sink_attn", "recent_attn")]
+    panels = [(name, diagnostic_by_depth(diags, name=name, **where))
+              for name in ("rms", "sink_attn", "recent_attn", "draft_attn")]
     panels.append(("cond_accept", curve_by_depth(curves, column="cond_accept", **where)))
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.7 * len(panels), 3.6))
     for ax, (name, values) in zip(axes, panels):
         for label, points in sorted(values.items()):
             depths = sorted(points)

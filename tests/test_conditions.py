@@ -76,8 +76,10 @@ def test_every_condition_gives_curves_and_diagnostics(chat_target):
     # zero noise drafts exactly what no noise drafts
     assert by_key[("hidden_noise@0", 0.0)].accept_len == by_key[("template+bos", 0.0)].accept_len
     rows = out.diagnostics
-    for name in ("sink_attn", "recent_attn"):
+    for name in ("sink_attn", "recent_attn", "draft_attn"):
         assert all(0.0 <= r.value <= 1.0 for r in rows if r.name == name)
+    drafts = {r.depth: r.value for r in rows if r.name == "draft_attn" and r.condition == "template+bos"}
+    assert drafts[1] == 0.0 and drafts[3] > 0.0  # the first step sees no drafts; later ones do
     assert all(r.value >= 0 for r in rows if r.name == "attn_entropy")
     assert {r.depth for r in rows if r.name == "rms"} == {1, 2, 3}
     assert {"rms_low", "rms_mid", "rms_high", "rms_fused"} <= {r.name for r in rows if r.depth == 0}

@@ -103,7 +103,7 @@ def test_the_database_holds_every_job_curve_choice_and_benchmark(first_run):
         assert [c["depth"] for c in curve] == [1, 2, 3]
         diags = store.diagnostic_rows(target="t0", drafter=row["drafter"])
         assert {(d["name"], d["depth"]) for d in diags if d["depth"] > 0} == {
-            (n, k) for n in ("rms", "sink_attn", "recent_attn", "attn_entropy") for k in (1, 2, 3)}
+            (n, k) for n in ("rms", "sink_attn", "recent_attn", "draft_attn", "attn_entropy") for k in (1, 2, 3)}
         # the choice: a decoder's tokens per pass at that depth, at the spec's cost ratio, kept with it
         tokens = {c["depth"]: c["decode_accept_len"] for c in curve} | {0: 1.0}
         acc = {c["depth"]: c["accept_len"] for c in curve} | {0: 1.0}

@@ -41,7 +41,7 @@ def test_drafter_trains_measures_and_profiles_on_a_local_hf_model(hf_folder):
                        {"drafter": trained}, num_cpus=1, num_gpus=0)
     curve = measured.curves[0]
     assert curve.num_chains == 12 and len(curve.accept_len) == 4
-    assert {r.name for r in measured.diagnostics} >= {"rms", "sink_attn", "recent_attn", "attn_entropy"}
+    assert {r.name for r in measured.diagnostics} >= {"rms", "sink_attn", "recent_attn", "draft_attn", "attn_entropy"}
     cost = run_job("profile_cost", c.ProfileCostConfig(seed=0, device="cpu", target=target, drafter=DRAFTER,
                                                        cost=CostTiming(context_len=8, warmup=0, repeats=2),
                                                        max_depth=3, num_cpus=1, num_gpus=0),

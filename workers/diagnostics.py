@@ -4,6 +4,8 @@ rms[k]          RMS of the state handed to step k+1 (||h|| / sqrt(d)).
 sink_attn[k]    head-averaged attention mass on the sink: the drafter keys that hold the target's
                 attention sink (see `sink_keys`; position 0 on a target that forms none).
 recent_attn[k]  mass on the most recent key (the query's own position: at k >= 2 a drafted token).
+draft_attn[k]   mass on the keys the chain drafted itself (0 at k = 1, which reads only the
+                target's context): the drift "onto its own drafts".
 attn_entropy[k] head-averaged entropy of the attention distribution (nats).
 Per curve (depth 0): RMS of each captured target stream (rms_low/rms_mid/rms_high or rms_last)
 and of the fused drafter input (rms_fused).
@@ -73,6 +75,7 @@ class DriftStats:
             self.sums["rms"][s] += _rms(out.chain[0, i]).sum().item()
             self.sums["sink_attn"][s] += rows[..., :T][..., sink].sum(-1).mean(0).sum().item()
             self.sums["recent_attn"][s] += own.mean(0).sum().item()
+            self.sums["draft_attn"][s] += rows[..., T:].sum(-1).mean(0).sum().item()
             self.sums["attn_entropy"][s] += entropy.mean(0).sum().item()
         for name, stream in zip(stream_names(len(streams)), streams):
             self.flat[name] = self.flat.get(name, 0.0) + _rms(stream[0, c]).sum().item()

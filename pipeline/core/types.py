@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 
 # The per-depth attention-drift diagnostics, measured beside EAGLE curves (workers/diagnostics.py).
-DRIFT_NAMES = ("rms", "sink_attn", "recent_attn", "attn_entropy")
+DRIFT_NAMES = ("rms", "sink_attn", "recent_attn", "draft_attn", "attn_entropy")
 
 
 @dataclass(frozen=True)
