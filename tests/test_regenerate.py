@@ -115,3 +115,15 @@ def test_answer_only_labels_mask_the_prompts(regenerated):
     held = text.sample_rows("heldout", 50, 8, torch.Generator().manual_seed(2))[:, 0]
     train = text.sample_rows("train", 50, 8, torch.Generator().manual_seed(2))[:, 0]
     assert not set(held.tolist()) & set(train.tolist())  # held-out samples are never trained on
+
+
+def test_corrupt_or_mismatched_training_data_is_named(tiny_target, regenerated, features):
+    target, _, _ = tiny_target
+    with pytest.raises(RuntimeError, match="regenerated text: cannot read tokens.safetensors"):
+        load_text({"tokens.safetensors": b"not a safetensors file"})
+    with pytest.raises(RuntimeError, match="regenerated text: cannot read tokens.safetensors"):
+        load_text({})
+    text = load_text(regenerated[0].files)
+    short = text._replace(ids=text.ids[:-5], scored=text.scored[:-5])
+    with pytest.raises(RuntimeError, match=rf"{text.ids.numel()} positions for a text of {text.ids.numel() - 5} tokens"):
+        FeatureBatches(target, short, features.files, (1, 2, 3))
