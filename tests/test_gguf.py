@@ -124,3 +124,12 @@ def test_prompts_are_rendered_with_the_models_own_chat_template(smollm2):
     assert "<|im_start|>" not in bare[len("<|im_start|>"):] and "assistant" not in bare
     long = build_prompts(tokenizer, condition="long_context", **common)[0]
     assert long.numel() >= 300 and tokenizer.decode(long).count("<|im_start|>user") >= 2
+
+
+def test_a_hub_repositorys_gguf_that_cannot_be_fetched_is_one_clear_error(monkeypatch):
+    from workers.models import load_model
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no hub here: the fetch must fail, and say what it wanted
+    with pytest.raises(RuntimeError, match="cannot fetch GGUF file model.Q4.gguf of someorg/some-model-GGUF"):
+        load_model(hf="someorg/some-model-GGUF", gguf="model.Q4.gguf", device=torch.device("cpu"),
+                   dtype=torch.float32)

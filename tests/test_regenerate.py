@@ -112,9 +112,19 @@ def test_answer_only_labels_mask_the_prompts(regenerated):
     assert torch.equal(labels[kept], ids[kept]) and kept.any() and not kept.all()
     rows = text.sample_rows("train", 3, 120, torch.Generator().manual_seed(1))
     assert torch.equal(kept[:, 1:], text.scored[rows][:, :-1])
-    held = text.sample_rows("heldout", 50, 8, torch.Generator().manual_seed(2))[:, 0]
-    train = text.sample_rows("train", 50, 8, torch.Generator().manual_seed(2))[:, 0]
-    assert not set(held.tolist()) & set(train.tolist())  # held-out samples are never trained on
+    held = text.sample_rows("heldout", 50, 40, torch.Generator().manual_seed(2))
+    train = text.sample_rows("train", 200, 40, torch.Generator().manual_seed(2))
+    assert int(train.max()) < int(held.min())  # no training window reads a held-out token, nor the reverse
+    lo, hi = text.split_bounds("heldout")
+    assert hi == text.ids.numel() and lo in text.starts.tolist() and text.split_bounds("train") == (0, lo)
+    # a text too small to split, or windows longer than a split, are refused before training
+    one = text._replace(starts=text.starts[:1])
+    with pytest.raises(ValueError, match="cannot be split into training and held-out"):
+        one.check_windows(8)
+    with pytest.raises(ValueError, match="no train sample starts a window of 100000 tokens"):
+        text.check_windows(100_000)
+    with pytest.raises(ValueError, match="no heldout sample starts a window of"):
+        text.check_windows(hi - lo + 1)  # fits the training text, not the held-out block
 
 
 def test_corrupt_or_mismatched_training_data_is_named(tiny_target, regenerated, features):

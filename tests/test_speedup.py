@@ -142,3 +142,21 @@ def test_hf_generate_and_assisted_generation_are_timed_on_the_same_prompts(tiny_
     console.print(engine_tables([("t", "self", check)]))
     text = console.export_text()
     assert "HF assisted k=2" in text and "specfleet engine, chosen k=" in text
+
+
+def test_hf_generate_decodes_every_token_whatever_the_models_own_generation_config_says(tiny_target):
+    """A model's generation config (its EOS, a repetition penalty) must not change what is timed."""
+    from workers.hf_engine import time_hf
+
+    target, tokenizer, _ = tiny_target
+    prompt = torch.tensor([tokenizer.bos_token_id] + tokenizer("import os\n", add_special_tokens=False)["input_ids"])
+    plain, _ = generate(target, None, prompt[None], max_new=12, depth=0, temperature=0.0)
+    own = target.generation_config
+    target.generation_config = own.__class__(eos_token_id=plain[1], repetition_penalty=3.0)
+    try:
+        run = time_hf(target, [prompt, prompt], new_tokens=12, temperature=0.0, pad=0, seed=0,
+                      reference=[plain, plain])
+        assert [list(o) for o in run.outputs] == [plain, plain] and run.mismatches == 0 and run.tokens_per_s > 0
+        assert target.generation_config.eos_token_id == plain[1]  # the model's own config is given back
+    finally:
+        target.generation_config = own

@@ -121,16 +121,19 @@ def most_frequent(stream: torch.Tensor, vocab: int, n: int) -> torch.Tensor:
 
 
 def _sources(target, tokenizer, train, capture, data, features):
-    """(training batches, validation batches, token stream the draft vocabulary is counted on)."""
+    """(training batches, validation batches, the tokens the draft vocabulary is counted on, the
+    number of tokens in the training text)."""
     if train.corpus != "regenerated":
         chars = max(300_000, train.steps * train.batch_size * train.seq_len * 4)
         batches = CorpusBatches(target, tokenizer, train.corpus, "train", chars, capture)
-        return batches, CorpusBatches(target, tokenizer, train.corpus, "heldout", 200_000, capture), batches.stream
+        return (batches, CorpusBatches(target, tokenizer, train.corpus, "heldout", 200_000, capture), batches.stream,
+                batches.stream.numel())
     if data is None or features is None:
         raise ValueError("train.corpus 'regenerated' needs the target's regenerated text and features as inputs")
     text = load_text(data.files)
+    text.check_windows(train.seq_len)
     batches = FeatureBatches(target, text, features.files, capture)
-    return batches, batches.heldout(), text.ids
+    return batches, batches.heldout(), text.ids[1:][text.scored[:-1]], text.ids.numel()  # vocabulary: answers
 
 
 def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None, data=None, features=None):
@@ -141,7 +144,7 @@ def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None, d
     cfg = drafter_config_for(target, norm=spec.norm, fc_norm=spec.fc_norm, fusion=spec.fusion,
                              attention=spec.attention, draft_vocab=spec.draft_vocab, capture=spec.capture_layers)
     train = spec.train
-    batches, val, stream = _sources(target, tokenizer, train, cfg.capture_layers, data, features)
+    batches, val, stream, data_tokens = _sources(target, tokenizer, train, cfg.capture_layers, data, features)
     draft_ids = most_frequent(stream, cfg.vocab_size, cfg.draft_vocab) if cfg.draft_vocab else None
     drafter = drafter_from_target(target, cfg, draft_ids).to(device)
     vocab = drafter.draft_ids() if cfg.draft_vocab else None  # the target logits the loss needs
@@ -169,6 +172,6 @@ def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None, d
         ids, streams, logits, mask = val.sample(16, train.seq_len, gen, device, vocab)
         val_loss, agree = ttt_loss(drafter, streams, logits, ids, train.ttt_depth, mask)
     metrics = {"train_loss": loss_v, "val_loss": val_loss.item(), "train_seconds": seconds,
-               "data_tokens": stream.numel(), "tokens_seen": steps * train.batch_size * train.seq_len}
+               "data_tokens": data_tokens, "tokens_seen": steps * train.batch_size * train.seq_len}
     metrics.update({f"val_top1_step{s}": a for s, a in enumerate(agree)})
     return save_eagle3(drafter), metrics

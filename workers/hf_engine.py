@@ -9,13 +9,16 @@ what HF does by default, and does specfleet's predicted speedup hold on an engin
 write?
 
 Each run decodes `new_tokens` tokens after every prompt, EOS ignored (as specfleet's engine
-does), and is timed twice: for new_tokens and for one token. The difference is the decoding
-after the prompt's pass, the figure specfleet's engine reports.
+does), and is timed twice: for new_tokens and for two tokens. The difference is the decoding
+after the prompt's pass (and, when assisted, after the assistant's own prefill and first
+round), the figure specfleet's engine reports. generate() fills every setting left unset from
+the model's own generation config (its EOS, a repetition penalty, ...); while timing, the
+target and the assistant carry a default one, so only the settings given here apply.
 """
 from __future__ import annotations
 
-import copy
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +47,19 @@ def _config(new_tokens: int, temperature: float, pad: int) -> GenerationConfig:
                             **sampling)
 
 
+@contextmanager
+def _bare_generation_config(*models):
+    """The models with a default generation config (no EOS, no penalties) inside the block."""
+    saved = [m.generation_config for m in models]
+    try:
+        for m in models:
+            m.generation_config = GenerationConfig()
+        yield
+    finally:
+        for m, cfg in zip(models, saved):
+            m.generation_config = cfg
+
+
 def _clock(device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -66,35 +82,39 @@ def time_hf(target, prompts: list[torch.Tensor], *, new_tokens: int, temperature
             confidence_threshold: float | None = None, reference: list[list[int]] | None = None,
             warmup: int = 1) -> HFRun:
     """tokens/s of HF generate (with `assistant`: assisted generation with these settings)."""
-    if assistant is not None:  # HF reads the assistant's settings from its own generation config
-        assistant = _with_settings(assistant, num_assistant_tokens, confidence_threshold)
-    device = next(target.parameters()).device
-    for prompt in prompts[:warmup]:
-        _decode(target, prompt[None].to(device), 4, temperature, pad, assistant, seed)
-    seconds, tokens, outputs, mismatches = 0.0, 0, [], 0
-    for i, prompt in enumerate(prompts):
-        ids = prompt[None].to(device)
-        out, full = _decode(target, ids, new_tokens, temperature, pad, assistant, seed + i)
-        _, first = _decode(target, ids, 1, temperature, pad, assistant, seed + i)
-        seconds += max(full - first, 1e-9)
-        tokens += len(out) - 1
-        outputs.append(tuple(out))
-        if reference is not None and temperature == 0 and list(out) != list(reference[i]):
-            mismatches += 1
+    if new_tokens < 3:
+        raise ValueError(f"new_tokens must be >= 3 to time decoding after the first round, got {new_tokens}")
+    models = (target,) if assistant is None else (target, assistant)
+    with _bare_generation_config(*models):
+        if assistant is not None:  # HF reads the assistant's settings from its own generation config
+            _with_settings(assistant, num_assistant_tokens, confidence_threshold)
+        device = next(target.parameters()).device
+        for prompt in prompts[:warmup]:
+            _decode(target, prompt[None].to(device), 4, temperature, pad, assistant, seed)
+        seconds, tokens, outputs, mismatches = 0.0, 0, [], 0
+        for i, prompt in enumerate(prompts):
+            ids = prompt[None].to(device)
+            out, full = _decode(target, ids, new_tokens, temperature, pad, assistant, seed + i)
+            _, first = _decode(target, ids, 2, temperature, pad, assistant, seed + i)
+            if len(out) != new_tokens:
+                raise RuntimeError(f"HF generate stopped after {len(out)} of {new_tokens} tokens")
+            seconds += max(full - first, 1e-9)
+            tokens += len(out) - 2
+            outputs.append(tuple(out))
+            if reference is not None and temperature == 0 and list(out) != list(reference[i]):
+                mismatches += 1
     return HFRun(name, num_assistant_tokens, confidence_threshold, tokens / seconds, mismatches, tuple(outputs))
 
 
-def _with_settings(assistant, num_assistant_tokens: int | None, threshold: float | None):
-    """The assistant with its own generation config set: k drafts per round, a constant schedule,
-    and the confidence threshold (0: never stop a draft early); None keeps HF's default."""
-    assistant.generation_config = copy.deepcopy(assistant.generation_config)
+def _with_settings(assistant, num_assistant_tokens: int | None, threshold: float | None) -> None:
+    """Set the assistant's own generation config: k drafts per round, a constant schedule, and the
+    confidence threshold (0: never stop a draft early); None keeps HF's default."""
     cfg = assistant.generation_config
     cfg.num_assistant_tokens_schedule = "constant"
     cfg.num_assistant_tokens = num_assistant_tokens if num_assistant_tokens is not None \
         else HF_DEFAULTS["num_assistant_tokens"]
     cfg.assistant_confidence_threshold = threshold if threshold is not None \
         else HF_DEFAULTS["assistant_confidence_threshold"]
-    return assistant
 
 
 def hf_comparison(target, prompts, *, new_tokens: int, temperature: float, pad: int, seed: int, assistant=None,

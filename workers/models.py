@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.core.contracts import TargetRef, Trained
 from pipeline.core.files import Files, cache_root, cached_dir, pack_dir, staged_dir
-from pipeline.core.sources import locate
+from pipeline.core.sources import locate, looks_like_path
 from workers.device import pick_dtype
 
 
@@ -52,7 +52,17 @@ def _dequantized(folder: str, name: str, role: str) -> Path:
     folder loads in a fraction of a second. It is keyed by the file's path, size and mtime, so a
     replaced file is converted again.
     """
-    path = Path(folder).expanduser() / name
+    if looks_like_path(folder):
+        path = Path(folder).expanduser() / name
+    else:  # a hub repository's file: fetched into the hub cache first (or found there offline)
+        try:
+            from huggingface_hub import hf_hub_download
+
+            path = Path(hf_hub_download(folder, name))
+        except Exception as exc:  # offline, unknown repository or file: one line naming both
+            raise RuntimeError(f"{role}: cannot fetch GGUF file {name} of {folder}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+        folder = str(path.parent)
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:32]
     out = cache_root() / f"gguf-{key}"

@@ -21,7 +21,7 @@ from workers.chat import samples
 from workers.chat_format import chat_ids
 
 FILE = "tokens.safetensors"
-HELDOUT_EVERY = 20  # one sample in 20 is held out for validation
+HELDOUT_SHARE = 0.05  # the last 5% of the samples are held out for validation
 
 
 def question_prompts(tokenizer, max_prompt_tokens: int, seed: int) -> list[list[int]]:
@@ -107,17 +107,32 @@ class Text(NamedTuple):
         s = self.starts.tolist()
         return list(zip(s, s[1:] + [self.ids.numel()]))
 
+    def split_bounds(self, split: str) -> tuple[int, int]:
+        """[lo, hi) of the text a split draws windows from: the last HELDOUT_SHARE of the samples
+        (at least one) are held out, as one block, so no window of one split reads the other's."""
+        n = self.starts.numel()
+        held = max(1, round(n * HELDOUT_SHARE))
+        if held >= n:
+            raise ValueError(f"regenerated text: {n} sample(s) cannot be split into training and held-out "
+                             "samples; raise training_data.tokens")
+        cut = int(self.starts[n - held])
+        return (0, cut) if split == "train" else (cut, self.ids.numel())
+
     def sample_rows(self, split: str, batch_size: int, seq_len: int, gen: torch.Generator) -> torch.Tensor:
-        """Positions [B, T] of random windows that start where a sample starts, as the target saw
-        its text. Every HELDOUT_EVERY-th sample is held out: `split` "train" draws from the
-        others, "heldout" from those."""
-        held = torch.arange(self.starts.numel()) % HELDOUT_EVERY == HELDOUT_EVERY - 1
-        starts = self.starts[held == (split == "heldout")]
-        starts = starts[starts + seq_len <= self.ids.numel()]
+        """Positions [B, T] of random windows of `split` ("train" or "heldout") that start where a
+        sample starts, as the target saw its text."""
+        lo, hi = self.split_bounds(split)
+        starts = self.starts[(self.starts >= lo) & (self.starts + seq_len <= hi)]
         if starts.numel() == 0:
-            raise ValueError(f"regenerated text: no {split} sample starts a window of {seq_len} tokens")
+            raise ValueError(f"regenerated text: no {split} sample starts a window of {seq_len} tokens "
+                             f"(the {split} text holds {hi - lo} tokens); lower seq_len or raise training_data.tokens")
         picked = starts[torch.randint(0, starts.numel(), (batch_size,), generator=gen)]
         return picked[:, None] + torch.arange(seq_len)[None, :]
+
+    def check_windows(self, seq_len: int) -> None:
+        """Raise now, before any training, if either split cannot give a window of seq_len."""
+        for split in ("train", "heldout"):
+            self.sample_rows(split, 1, seq_len, torch.Generator().manual_seed(0))
 
     def lm_batch(self, split: str, batch_size: int, seq_len: int, gen: torch.Generator):
         """(input ids, labels) for next-token training on the answers only (-100 elsewhere)."""

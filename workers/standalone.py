@@ -28,6 +28,7 @@ def train_standalone(*, target, tokenizer, spec, seed: int, device, progress=Non
         if data is None:
             raise ValueError("train.corpus 'regenerated' needs the target's regenerated text as an input")
         text = load_text(data.files)
+        text.check_windows(train.seq_len)
         sample, data_tokens = (lambda split, n, gen: text.lm_batch(split, n, train.seq_len, gen)), text.ids.numel()
     else:
         sample, data_tokens = corpus_batches(tokenizer, train.corpus, train)
