@@ -25,11 +25,11 @@ def schedule_of(row: dict) -> list[tuple[int, int, int]]:
     return [(1, 1, row["depth"])]
 
 
-def drafter_path(store, row: dict, workdir: Path, given: str | None) -> tuple[str, str]:
-    """(path, vLLM method) for the row's drafter: the given path, or its family's export of the
-    trained checkpoint (written once under workdir/exports)."""
+def drafter_path(store, row: dict, workdir: Path, given: str | None, method: str = "eagle3") -> tuple[str, str]:
+    """(path, vLLM method) for the row's drafter: the given path with the given method, or its
+    family's export of the trained checkpoint (written once under workdir/exports)."""
     if given:
-        return given, "eagle3"
+        return given, method
     from pipeline.record import finished
 
     job = row.get("drafter_job_hash")

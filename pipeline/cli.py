@@ -302,7 +302,7 @@ def autotune(
         row = rows[0]
         if not _speculates(row):
             return
-        path, method = tune.drafter_path(store, row, workdir, drafter_path)
+        path, method = tune.drafter_path(store, row, workdir, drafter_path, method)
     finally:
         store.close()
     sys.stdout.write(tune.render(engine, tune.schedule_of(row), model=path, method=method) + "\n")

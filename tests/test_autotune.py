@@ -57,6 +57,7 @@ def test_trained_drafter_is_exported_once_for_the_engine(tmp_path, tiny_drafters
     assert json.loads((tmp_path / "work" / "exports" / ("d" * 64) / "config.json").read_text())["architectures"] == [
         "LlamaForCausalLMEagle3"]
     assert drafter_path(store, row, tmp_path / "work", "/given") == ("/given", "eagle3")
+    assert drafter_path(store, row, tmp_path / "work", "/small", "draft_model") == ("/small", "draft_model")
     with pytest.raises(UserError, match="--drafter-path"):
         drafter_path(FakeStore({}), {**row, "drafter_job_hash": None}, tmp_path / "work", None)
 

@@ -118,3 +118,17 @@ def test_gqa_drafter_survives_export_and_import(tmp_path):
     b = draft_all_chains(back, seq, streams, 3, 0.0, None, list(range(10)))[0]
     assert torch.equal(a, b)
     assert math.isclose(back.rope_freqs[-1].item(), drafter.rope_freqs[-1].item())
+
+
+def test_rope_settings_the_drafter_cannot_follow_are_refused():
+    from types import SimpleNamespace
+
+    nested = SimpleNamespace(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                              "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+    with pytest.raises(ValueError, match="per-layer-type rope_parameters"):
+        rope_settings(nested)
+    with pytest.raises(ValueError, match="partial_rotary_factor 0.5"):
+        rope_settings(SimpleNamespace(rope_theta=1e4, partial_rotary_factor=0.5))
+    theta, scaling = rope_settings(SimpleNamespace(rope_parameters=dict(LLAMA3_ROPE)))
+    assert theta == 500000.0 and scaling["original_max_position_embeddings"] == 16
+    assert isinstance(scaling["original_max_position_embeddings"], int)

@@ -137,3 +137,19 @@ def test_corrupt_or_mismatched_training_data_is_named(tiny_target, regenerated, 
     short = text._replace(ids=text.ids[:-5], scored=text.scored[:-5])
     with pytest.raises(RuntimeError, match=rf"{text.ids.numel()} positions for a text of {text.ids.numel() - 5} tokens"):
         FeatureBatches(target, short, features.files, (1, 2, 3))
+
+
+def test_states_too_large_for_float16_are_kept_in_float32(tiny_target, regenerated, monkeypatch):
+    import safetensors.torch
+
+    import workers.target_features as tf
+
+    target, _, _ = tiny_target
+    text = load_text(regenerated[0].files)
+    small = text._replace(ids=text.ids[: int(text.starts[3])], scored=text.scored[: int(text.starts[3])],
+                          starts=text.starts[:3])
+    files, metrics = tf.compute_features(target, small, (1, 2, 3))
+    assert safetensors.torch.load(files[tf.FILE])["states"].dtype == torch.float16
+    monkeypatch.setattr(tf, "FP16_MAX", metrics["max_abs"] / 2)  # as if the states held a massive activation
+    files, _ = tf.compute_features(target, small, (1, 2, 3))
+    assert safetensors.torch.load(files[tf.FILE])["states"].dtype == torch.float32

@@ -34,23 +34,29 @@ def continue_text(target, ids: torch.Tensor, n_new: int, temperature: float, gen
 
 
 @torch.no_grad()
-def verify_chains(target, seq: torch.Tensor, starts: list[int], drafts: torch.Tensor, max_tokens: int = 16384):
+def verify_chains(target, seq: torch.Tensor, starts: list[int], drafts: torch.Tensor, max_tokens: int = 16384,
+                  max_logits: int = 2**28):
     """ONE target pass per chain over seq[:c+2] + its drafts. seq: [1, L], drafts: [N, depth].
 
     Every chain's row begins with seq[:starts[0] + 1] (the prompt, at least): that prefix is run
     once and its KV cache shared, so each chain costs only its own tokens after it (on a real
     target with a long prompt, most of the work). The rows after the prefix are right-padded (the
-    attention mask keeps the padding out). Returns target logits [N, depth, V]: entry j scores
-    draft j+1.
+    attention mask keeps the padding out). A batch of chains stays within max_tokens tokens and
+    max_logits logits (every position's are computed: 1 GiB of float32 by default, whatever the
+    vocabulary). starts must increase. Returns target logits [N, depth, V]: entry j scores draft j+1.
     """
+    if any(b <= a for a, b in zip(starts, starts[1:])):
+        raise ValueError("chain starts must increase")
     depth = drafts.shape[-1]
+    vocab = target.get_output_embeddings().weight.shape[0]
     base = starts[0] + 1
     _, prefix, _ = cached_forward_states(target, seq[:, :base])
     out = []
     lo = 0
     while lo < len(starts):
         hi = lo + 1  # chains in one batch: their rows (prefix included) within max_tokens
-        while hi < len(starts) and (hi - lo + 1) * (starts[hi] + 2 + depth) <= max_tokens:
+        while hi < len(starts) and (hi - lo + 1) * (starts[hi] + 2 + depth) <= max_tokens \
+                and (hi - lo + 1) * (starts[hi] + 2 + depth - base) * vocab <= max_logits:
             hi += 1
         rows = [torch.cat([seq[0, base: starts[n] + 2], drafts[n]]) for n in range(lo, hi)]
         width = max(r.numel() for r in rows)

@@ -18,6 +18,12 @@ def rope_settings(config) -> tuple[float, dict | None]:
     """(rope_theta, scaling dict or None for plain RoPE) of a transformers model config."""
     params = getattr(config, "rope_parameters", None)
     params = dict(params) if isinstance(params, dict) else {}
+    if any(isinstance(v, dict) for v in params.values()):
+        raise ValueError("target: per-layer-type rope_parameters are not supported by the drafter")
+    partial = getattr(config, "partial_rotary_factor", None) or params.get("partial_rotary_factor")
+    if partial not in (None, 1, 1.0):
+        raise ValueError(f"target: partial_rotary_factor {partial} is not supported by the drafter (it rotates "
+                         "whole heads)")
     legacy = getattr(config, "rope_scaling", None)
     if isinstance(legacy, dict):
         params = {**legacy, **params}
@@ -27,8 +33,13 @@ def rope_settings(config) -> tuple[float, dict | None]:
         return theta, None
     if kind not in SCALINGS:
         raise ValueError(f"target: rope_type {kind!r} is not supported by the drafter (known: {', '.join(SCALINGS)})")
-    keep = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-    return theta, {"rope_type": kind, **{k: float(params[k]) for k in keep if k in params}}
+    out: dict = {"rope_type": kind}
+    for key in ("factor", "low_freq_factor", "high_freq_factor"):
+        if key in params:
+            out[key] = float(params[key])
+    if "original_max_position_embeddings" in params:  # a length: an int, as engines validate it
+        out["original_max_position_embeddings"] = int(params["original_max_position_embeddings"])
+    return theta, out
 
 
 def inv_freq(head_dim: int, theta: float, scaling: dict | None = None) -> torch.Tensor:

@@ -35,7 +35,9 @@ def compute_features(target, text: Text, layers: tuple[int, ...], *, max_tokens:
     bounds = text.bounds()
     device = next(target.parameters()).device
     d = target.config.hidden_size
-    out = torch.zeros(ids.numel(), len(wanted), d, dtype=torch.float32)
+    # float16 (half the memory) until some state would not fit in it; float32 from then on
+    out = torch.zeros(ids.numel(), len(wanted), d, dtype=torch.float16)
+    peak = 0.0
     lo = 0
     while lo < len(bounds):  # batches of samples up to max_tokens, padded on the right
         hi = lo + 1
@@ -47,16 +49,18 @@ def compute_features(target, text: Text, layers: tuple[int, ...], *, max_tokens:
         for r, (a, b) in enumerate(bounds[lo:hi]):
             batch[r, : b - a] = ids[a:b]
         streams, _ = target_pass(target, batch.to(device), wanted)
-        for r, (a, b) in enumerate(bounds[lo:hi]):
-            out[a:b] = torch.stack([s[r, : b - a].float().cpu() for s in streams], dim=1)
+        for r, (a, b) in enumerate(bounds[lo:hi]):  # each sample's own positions, not its padding
+            states = torch.stack([s[r, : b - a].float().cpu() for s in streams], dim=1)
+            peak = max(peak, states.abs().max().item())
+            if peak >= FP16_MAX and out.dtype == torch.float16:
+                out = out.float()
+            out[a:b] = states.to(out.dtype)
         lo = hi
         if progress is not None:
             progress(bounds[lo - 1][1], ids.numel(), float("nan"))
-    peak = out.abs().max().item()
-    store = out.to(torch.float16) if peak < FP16_MAX else out
-    tensors = {"states": store.contiguous(), "layers": torch.tensor(wanted, dtype=torch.int64)}
+    tensors = {"states": out.contiguous(), "layers": torch.tensor(wanted, dtype=torch.int64)}
     metrics = {"tokens": ids.numel(), "samples": len(bounds), "layers": len(wanted), "max_abs": peak,
-               "bytes": store.numel() * store.element_size()}
+               "bytes": out.numel() * out.element_size()}
     return {FILE: safetensors.torch.save(tensors)}, metrics
 
 
