@@ -23,6 +23,7 @@ class ProgressView:
         self.console = console
         self.plain = not console.is_terminal
         self.said: dict[str, float] = {}  # plain mode: job hash -> when its last line was written
+        self.last = None  # plain mode: the newest run summary, for the closing line
         self.t0 = time.monotonic()
         self.bars = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
@@ -42,10 +43,15 @@ class ProgressView:
         if not self.plain:
             self.live.__exit__(*exc)
             self.live.console.print()
+        elif self.last is not None:
+            s = self.last
+            self._say(f"done {len(s.done)}  cached {len(self.cached)}  failed {len(s.failed)}  "
+                      f"of {len(self.jobs)} jobs")
 
     def update(self, board: dict, summary) -> None:
         if self.plain:
             self._lines(board, summary)
+            self.last = summary
             return
         finished = set(summary.done) | set(summary.failed)
         for h, state in board.items():
@@ -73,6 +79,8 @@ class ProgressView:
         for h in list(summary.done) + list(summary.failed):
             if self.said.get(h, 0.0) >= 0 and h in self.jobs and h not in self.cached:
                 what = "failed" if h in summary.failed else "done"
+                if h not in self.said and what == "done":  # finished between two looks, never seen running
+                    self._say(f"{stamp} started {self.jobs[h].name}")
                 self._say(f"{stamp} {what} {self.jobs[h].name}")
                 self.said[h] = -1.0  # said for good
         for h, state in board.items():
