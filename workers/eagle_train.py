@@ -16,7 +16,7 @@ from workers.eagle_checkpoint import save_eagle3
 from workers.features import target_pass
 from workers.lr_schedule import warmup_cosine_lr
 from workers.rope import rope_settings
-from workers.regenerate import load_text
+from workers.regenerate import training_text
 from workers.target_features import FeatureBatches
 from workers.tokenizer import sample_windows, token_stream
 
@@ -130,8 +130,7 @@ def _sources(target, tokenizer, train, capture, data, features):
                 batches.stream.numel())
     if data is None or features is None:
         raise ValueError("train.corpus 'regenerated' needs the target's regenerated text and features as inputs")
-    text = load_text(data.files)
-    text.check_windows(train.seq_len)
+    text = training_text(data, train.seq_len)
     batches = FeatureBatches(target, text, features.files, capture)
     return batches, batches.heldout(), text.ids[1:][text.scored[:-1]], text.ids.numel()  # vocabulary: answers
 

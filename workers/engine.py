@@ -66,7 +66,7 @@ def generate(target, proposer, prompt: torch.Tensor, *, max_new: int, depth: int
     out, accepted = [y], []
     if depth:
         proposer.start(prompt[0].tolist() + [y], streams)
-    t0 = _clock(prompt.device)
+    t0 = clock(prompt.device)
     while len(out) < max_new:
         drafts, q = proposer.propose(depth, temperature, gen) if depth else ([], None)
         inp = torch.tensor([[y] + drafts], device=prompt.device)
@@ -81,11 +81,11 @@ def generate(target, proposer, prompt: torch.Tensor, *, max_new: int, depth: int
         accepted.append(n)
         y = nxt
     if timing is not None:
-        timing.update(decode_s=_clock(prompt.device) - t0, tokens=len(out) - 1, passes=len(accepted))
+        timing.update(decode_s=clock(prompt.device) - t0, tokens=len(out) - 1, passes=len(accepted))
     return out[:max_new], accepted
 
 
-def _clock(device: torch.device) -> float:
+def clock(device: torch.device) -> float:
     """Wall time in seconds after the device's queued work has finished."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)

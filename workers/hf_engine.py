@@ -17,26 +17,25 @@ target and the assistant carry a default one, so only the settings given here ap
 """
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from transformers import GenerationConfig
 
+from pipeline.core.contracts import HFRun
+from workers.engine import clock
+
 HF_DEFAULTS = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant",
                "assistant_confidence_threshold": 0.4}
 
 
 @dataclass(frozen=True)
-class HFRun:
-    """One HF generation setting over the validation prompts."""
+class HFTiming:
+    """HF generate with one setting over the validation prompts."""
 
-    name: str  # "generate", "assisted k=3", "assisted (HF defaults)"
-    num_assistant_tokens: int | None
-    confidence_threshold: float | None
     tokens_per_s: float
-    mismatches: int  # greedy: prompts whose output differs from plain HF generate
+    mismatches: int  # greedy: prompts whose output differs from the reference (plain HF generate)
     outputs: tuple[tuple[int, ...], ...]
 
 
@@ -60,34 +59,28 @@ def _bare_generation_config(*models):
             m.generation_config = cfg
 
 
-def _clock(device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
 @torch.no_grad()
 def _decode(target, prompt: torch.Tensor, new_tokens: int, temperature: float, pad: int, assistant, seed: int):
     """(tokens after the prompt, seconds) of one generate call."""
     torch.manual_seed(seed)  # generate() samples from torch's global generator
     extra = {"assistant_model": assistant} if assistant is not None else {}
-    t0 = _clock(prompt.device)
+    t0 = clock(prompt.device)
     out = target.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
                           generation_config=_config(new_tokens, temperature, pad), **extra)
-    return out[0, prompt.shape[1]:].tolist(), _clock(prompt.device) - t0
+    return out[0, prompt.shape[1]:].tolist(), clock(prompt.device) - t0
 
 
 def time_hf(target, prompts: list[torch.Tensor], *, new_tokens: int, temperature: float, pad: int, seed: int,
-            assistant=None, name: str = "generate", num_assistant_tokens: int | None = None,
-            confidence_threshold: float | None = None, reference: list[list[int]] | None = None,
-            warmup: int = 1) -> HFRun:
-    """tokens/s of HF generate (with `assistant`: assisted generation with these settings)."""
+            assistant=None, drafts: tuple[int, float] | None = None, reference: list[list[int]] | None = None,
+            warmup: int = 1) -> HFTiming:
+    """tokens/s of HF generate; with `assistant`, assisted generation drafting drafts = (tokens a
+    round, confidence threshold)."""
     if new_tokens < 3:
         raise ValueError(f"new_tokens must be >= 3 to time decoding after the first round, got {new_tokens}")
     models = (target,) if assistant is None else (target, assistant)
     with _bare_generation_config(*models):
         if assistant is not None:  # HF reads the assistant's settings from its own generation config
-            _with_settings(assistant, num_assistant_tokens, confidence_threshold)
+            _with_settings(assistant, *drafts)
         device = next(target.parameters()).device
         for prompt in prompts[:warmup]:
             _decode(target, prompt[None].to(device), 4, temperature, pad, assistant, seed)
@@ -103,35 +96,35 @@ def time_hf(target, prompts: list[torch.Tensor], *, new_tokens: int, temperature
             outputs.append(tuple(out))
             if reference is not None and temperature == 0 and list(out) != list(reference[i]):
                 mismatches += 1
-    return HFRun(name, num_assistant_tokens, confidence_threshold, tokens / seconds, mismatches, tuple(outputs))
+    return HFTiming(tokens / seconds, mismatches, tuple(outputs))
 
 
-def _with_settings(assistant, num_assistant_tokens: int | None, threshold: float | None) -> None:
+def _with_settings(assistant, num_assistant_tokens: int, threshold: float) -> None:
     """Set the assistant's own generation config: k drafts per round, a constant schedule, and the
-    confidence threshold (0: never stop a draft early); None keeps HF's default."""
+    confidence threshold (0: never stop a draft early)."""
     cfg = assistant.generation_config
     cfg.num_assistant_tokens_schedule = "constant"
-    cfg.num_assistant_tokens = num_assistant_tokens if num_assistant_tokens is not None \
-        else HF_DEFAULTS["num_assistant_tokens"]
-    cfg.assistant_confidence_threshold = threshold if threshold is not None \
-        else HF_DEFAULTS["assistant_confidence_threshold"]
+    cfg.num_assistant_tokens = num_assistant_tokens
+    cfg.assistant_confidence_threshold = threshold
 
 
 def hf_comparison(target, prompts, *, new_tokens: int, temperature: float, pad: int, seed: int, assistant=None,
-                  max_depth: int = 0) -> list[HFRun]:
+                  max_depth: int = 0) -> tuple[HFRun, ...]:
     """Plain HF generate; with a draft model, HF assisted generation at k = 1..max_depth drafts
-    (no early stop) and with HF's defaults."""
-    plain = time_hf(target, prompts, new_tokens=new_tokens, temperature=temperature, pad=pad, seed=seed)
-    runs = [plain]
-    if assistant is None:
-        return runs
+    (no early stop) and with HF's defaults. Each run's speedup is over plain generate."""
+    timing = dict(new_tokens=new_tokens, temperature=temperature, pad=pad, seed=seed)
+    plain = time_hf(target, prompts, **timing)
+    settings = []  # (name, drafts a round, confidence threshold)
+    if assistant is not None:
+        settings = [(f"assisted k={k}", k, 0.0) for k in range(1, max_depth + 1)]
+        settings.append(("assisted (HF defaults)", HF_DEFAULTS["num_assistant_tokens"],
+                         HF_DEFAULTS["assistant_confidence_threshold"]))
     reference = [list(o) for o in plain.outputs]
-    for k in range(1, max_depth + 1):
-        runs.append(time_hf(target, prompts, new_tokens=new_tokens, temperature=temperature, pad=pad, seed=seed,
-                            assistant=assistant, name=f"assisted k={k}", num_assistant_tokens=k,
-                            confidence_threshold=0.0, reference=reference))
-    runs.append(time_hf(target, prompts, new_tokens=new_tokens, temperature=temperature, pad=pad, seed=seed,
-                        assistant=assistant, name="assisted (HF defaults)",
-                        num_assistant_tokens=HF_DEFAULTS["num_assistant_tokens"],
-                        confidence_threshold=HF_DEFAULTS["assistant_confidence_threshold"], reference=reference))
-    return runs
+    runs = [HFRun(name="generate", num_assistant_tokens=None, confidence_threshold=None,
+                  tokens_per_s=plain.tokens_per_s, speedup=1.0, mismatches=plain.mismatches)]
+    for name, k, threshold in settings:
+        t = time_hf(target, prompts, **timing, assistant=assistant, drafts=(k, threshold), reference=reference)
+        runs.append(HFRun(name=name, num_assistant_tokens=k, confidence_threshold=threshold,
+                          tokens_per_s=t.tokens_per_s, speedup=t.tokens_per_s / plain.tokens_per_s,
+                          mismatches=t.mismatches))
+    return tuple(runs)

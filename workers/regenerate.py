@@ -19,6 +19,7 @@ import torch
 
 from workers.chat import samples
 from workers.chat_format import chat_ids
+from workers.tokenizer import pad_id
 
 FILE = "tokens.safetensors"
 HELDOUT_SHARE = 0.05  # the last 5% of the samples are held out for validation
@@ -67,7 +68,7 @@ def regenerate(target, tokenizer, *, data, seed: int, progress=None) -> tuple[di
     if not prompts:
         raise ValueError(f"training_data: no training question fits in max_prompt_tokens={data.max_prompt_tokens}")
     eos = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos if eos is not None else 0)
+    pad = pad_id(tokenizer)
     gen = torch.Generator().manual_seed(seed) if data.temperature > 0 else None
     ids: list[int] = []
     scored: list[bool] = []
@@ -151,3 +152,13 @@ def load_text(files: dict[str, bytes]) -> Text:
         return Text(t["ids"], t["scored"], t["starts"])
     except (KeyError, safetensors.SafetensorError) as exc:
         raise RuntimeError(f"regenerated text: cannot read {FILE} ({exc})") from exc
+
+
+def training_text(data, seq_len: int) -> Text:
+    """A drafter's regenerated training text (its `data` input), checked before any training step:
+    missing, corrupt, or too small for windows of seq_len in either split is an error now."""
+    if data is None:
+        raise ValueError("train.corpus 'regenerated' needs the target's regenerated text as an input")
+    text = load_text(data.files)
+    text.check_windows(seq_len)
+    return text

@@ -5,7 +5,7 @@ import torch
 
 from pipeline.core.files import Files
 from workers.models import pack_model
-from workers.regenerate import load_text
+from workers.regenerate import training_text
 from workers.target import build_tiny_llama, corpus_batches, train_lm
 
 
@@ -25,10 +25,7 @@ def train_standalone(*, target, tokenizer, spec, seed: int, device, progress=Non
     )
     train = builtin.train
     if train.corpus == "regenerated":
-        if data is None:
-            raise ValueError("train.corpus 'regenerated' needs the target's regenerated text as an input")
-        text = load_text(data.files)
-        text.check_windows(train.seq_len)
+        text = training_text(data, train.seq_len)
         sample, data_tokens = (lambda split, n, gen: text.lm_batch(split, n, train.seq_len, gen)), text.ids.numel()
     else:
         sample, data_tokens = corpus_batches(tokenizer, train.corpus, train)

@@ -71,27 +71,37 @@ class FeatureBatches:
     """
 
     def __init__(self, target, text: Text, files: dict[str, bytes], capture: tuple[int, ...]):
-        ids = text.ids
         try:
             t = safetensors.torch.load(files[FILE])
             states, layers = t["states"], tuple(t["layers"].tolist())
         except (KeyError, safetensors.SafetensorError) as exc:
             raise RuntimeError(f"target features: cannot read {FILE} ({exc})") from exc
-        if states.shape[0] != ids.numel():
-            raise RuntimeError(f"target features: {states.shape[0]} positions for a text of {ids.numel()} tokens")
+        if states.shape[0] != text.ids.numel():
+            raise RuntimeError(f"target features: {states.shape[0]} positions for a text of {text.ids.numel()} tokens")
         missing = [layer for layer in capture if layer not in layers]
         if missing:
             raise RuntimeError(f"target features: layers {missing} were not stored (stored: {list(layers)})")
-        self.target, self.ids, self.scored, self.states = target, ids, text.scored, states
+        self.target, self.text, self.states, self.split = target, text, states, "train"
         self.columns = [layers.index(layer) for layer in capture]
         self.final = layers.index(target.config.num_hidden_layers)
-        self.text, self.split = text, "train"
+        self._head = None  # (vocab, weight, bias): the target's head rows of the vocab asked for
 
     def heldout(self) -> "FeatureBatches":
         """The same states (not a copy), serving windows of the held-out samples."""
         other = copy.copy(self)
         other.split = "heldout"
         return other
+
+    def _head_rows(self, vocab):
+        """The target's LM head restricted to `vocab` (all of it for None), sliced once per vocab."""
+        if self._head is None or self._head[0] is not vocab:
+            head = self.target.get_output_embeddings()
+            weight, bias = head.weight, head.bias
+            if vocab is not None:
+                index = vocab.to(weight.device)
+                weight, bias = weight[index], (bias[index] if bias is not None else None)
+            self._head = (vocab, weight, bias)
+        return self._head[1:]
 
     def sample(self, batch_size: int, seq_len: int, gen: torch.Generator, device, vocab=None):
         """(ids [B, T], streams [B, T, d] float32 each, target logits [B, T, V] float32, loss mask [B, T]).
@@ -102,11 +112,7 @@ class FeatureBatches:
         rows = self.text.sample_rows(self.split, batch_size, seq_len, gen)  # [B, T]
         states = self.states[rows].to(device=device, dtype=torch.float32)  # [B, T, L, d]
         streams = [states[:, :, c] for c in self.columns]
-        head = self.target.get_output_embeddings()
-        weight, bias = head.weight, head.bias
-        if vocab is not None:
-            weight = weight[vocab.to(weight.device)]
-            bias = bias[vocab.to(weight.device)] if bias is not None else None
+        weight, bias = self._head_rows(vocab)
         with torch.no_grad():
             logits = torch.nn.functional.linear(states[:, :, self.final].to(weight.dtype), weight, bias).float()
-        return self.ids[rows].to(device), streams, logits, self.scored[rows].to(device)
+        return self.text.ids[rows].to(device), streams, logits, self.text.scored[rows].to(device)

@@ -59,3 +59,10 @@ def sample_windows(
     batch = torch.stack([stream[s : s + seq_len] for s in starts.tolist()])  # [B, T]
     batch[:, 0] = bos_id
     return batch
+
+
+def pad_id(tokenizer) -> int:
+    """The id to pad batches with: the tokenizer's pad token, else its EOS, else 0."""
+    if tokenizer.pad_token_id is not None:
+        return tokenizer.pad_token_id
+    return tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0

@@ -13,6 +13,7 @@ from workers.device import hardware_id, pick_device
 from workers.family import load_pairing
 from workers.hf_engine import hf_comparison
 from workers.speedup import EngineBenchmark, engine_speedups, validation_prompts
+from workers.tokenizer import pad_id
 
 
 def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress) -> Validated:
@@ -34,15 +35,10 @@ def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress
 def _hf_runs(target, tokenizer, family, drafter, config: MeasureSpeedupConfig) -> tuple[HFRun, ...]:
     """The same held-out prompts through HF generate, and HF assisted generation with a draft model."""
     evaluation, validation = config.evaluation, config.validation
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    runs = hf_comparison(target, validation_prompts(tokenizer, evaluation, validation, config.seed),
+    return hf_comparison(target, validation_prompts(tokenizer, evaluation, validation, config.seed),
                          new_tokens=validation.new_tokens or evaluation.continuation_len,
-                         temperature=evaluation.temperatures[0], pad=pad, seed=config.seed,
+                         temperature=evaluation.temperatures[0], pad=pad_id(tokenizer), seed=config.seed,
                          assistant=family.hf_assistant(drafter), max_depth=evaluation.max_depth)
-    plain = runs[0].tokens_per_s
-    return tuple(HFRun(name=r.name, num_assistant_tokens=r.num_assistant_tokens,
-                       confidence_threshold=r.confidence_threshold, tokens_per_s=r.tokens_per_s,
-                       speedup=r.tokens_per_s / plain, mismatches=r.mismatches) for r in runs)
 
 
 def verdict(measured: EngineBenchmark, selected: Selected, hardware: str, tolerance: float) -> SpeedupCheck:
