@@ -18,7 +18,7 @@ from pipeline.core.settings import (
     DRAFTER_KINDS, Cost, DrafterSpec, Evaluation, Pairing, Resources, Strict, Target, TrainingData, Validation,
 )
 from pipeline.errors import SpecError
-from pipeline.yaml_lines import line_of
+from pipeline.yaml_lines import duplicate_keys, line_of
 
 
 def _default_resources() -> dict[str, Resources]:
@@ -131,6 +131,10 @@ def parse_spec(text: str, source: str = "<spec>") -> ExperimentSpec:
         raise SpecError(source, [f"(yaml): {problem}{where}"]) from None
     if not isinstance(data, dict):
         raise SpecError(source, ["(top level): must be a mapping of experiment fields"])
+    twice = [f"{_field_path(loc)}: key given twice (lines {a} and {b}); keep one"
+             for loc, a, b in duplicate_keys(root)]
+    if twice:  # the parsed data holds only the second of each: validating it would check the wrong spec
+        raise SpecError(source, twice)
     problems = cross_check(data)
     try:
         spec = ExperimentSpec.model_validate(data)

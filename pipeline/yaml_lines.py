@@ -26,3 +26,23 @@ def _child(node: yaml.Node, part) -> yaml.Node | None:
     if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
         return node.value[part]
     return None
+
+
+def duplicate_keys(root: yaml.Node | None, loc: tuple = ()) -> list[tuple[tuple, int, int]]:
+    """Every key given twice in one mapping, anywhere in the tree: (path of the key, first line,
+    second line). PyYAML keeps the last of the two silently, so the first would be lost."""
+    found: list[tuple[tuple, int, int]] = []
+    if isinstance(root, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key, value in root.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            line = key.start_mark.line + 1
+            if name is not None and name in first:
+                found.append((loc + (name,), first[name], line))
+            elif name is not None:
+                first[name] = line
+            found += duplicate_keys(value, loc + ((name,) if name is not None else ()))
+    elif isinstance(root, yaml.SequenceNode):
+        for i, item in enumerate(root.value):
+            found += duplicate_keys(item, loc + (i,))
+    return found

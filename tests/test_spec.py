@@ -83,6 +83,17 @@ def test_missing_required_and_malformed_yaml():
     assert errors_of("- just\n- a list\n")[0].startswith("(top level)")
 
 
+def test_a_key_given_twice_is_an_error_naming_both_lines():
+    # top level (two evaluation blocks: PyYAML would keep only the second), nested, and in a list item
+    text = GOOD + "evaluation: {max_depth: 4}\nevaluation: {max_depth: 6, max_depth: 7}\n"
+    text = text.replace("kind: eagle3", "kind: eagle3\n    kind: eagle3")
+    msgs = errors_of(text)
+    assert msgs == ["drafters[0].kind: key given twice (lines 7 and 8); keep one",
+                    "evaluation: key given twice (lines 10 and 11); keep one",
+                    "evaluation.max_depth: key given twice (lines 11 and 11); keep one"], msgs
+    assert parse_spec(GOOD + "evaluation: {max_depth: 4}\n").evaluation.max_depth == 4
+
+
 def test_cli_validate_exit_code_and_nothing_written(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(GOOD.replace("ttt_depth: 2", "ttt_depth: 0"))
