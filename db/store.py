@@ -110,6 +110,12 @@ class Store:
             link = {"experiment_id": experiment_id, "job_id": job_id}
             _insert_ignore(session, ExperimentJob, link)
 
+    def job_config(self, job_hash: str) -> dict | None:
+        """The config job ``job_hash`` was run with, or None for a job this database does not hold."""
+        with self._sessions() as session:
+            job = _find_job(session, job_hash)
+            return None if job is None else json.loads(job.config_json)
+
     def finished_result(self, job_hash: str) -> dict | None:
         """The stored result of job ``job_hash`` if it is done, else None."""
         with self._sessions() as session:

@@ -257,14 +257,17 @@ def status(workdir: WorkdirOpt = Path(".specfleet"), db: DbOpt = None):
 @app.command()
 def autotune(
     engine: Annotated[str, typer.Option("--engine", help="vllm | sglang | trtllm | transformers")],
+    engine_version: Annotated[Optional[str], typer.Option("--engine-version", help="The engine release to write for (default: vllm 0.33.0, sglang 0.5.23, trtllm 1.2.1, transformers 5.24.0).")] = None,
     target: Annotated[Optional[str], typer.Option("--target", help="The pairing's target.")] = None,
     drafter: Annotated[Optional[str], typer.Option("--drafter", help="The pairing's drafter.")] = None,
     hardware: Annotated[Optional[str], typer.Option("--hardware", help="Which hardware's tuned config.")] = None,
+    condition: Annotated[Optional[str], typer.Option("--condition", help="Which condition's tuned config (default: the newest active version, so a production re-tune wins).")] = None,
     drafter_path: Annotated[Optional[str], typer.Option("--drafter-path", help="Drafter path for the engine (default: export the trained one).")] = None,
+    export_format: Annotated[str, typer.Option("--export-format", help="How a trained EAGLE-3 drafter is exported: eagle3 | speculators (vLLM reads both).")] = "eagle3",
     from_metrics: Annotated[Optional[list[str]], typer.Option("--from-metrics", help="vLLM /metrics file or URL; twice for a window.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="model_name label to read from the metrics.")] = None,
     cost_ratio: Annotated[Optional[float], typer.Option("--cost-ratio", help="Drafter/target step-time ratio (default: the stored cost table).")] = None,
-    method: Annotated[str, typer.Option("--method", help="Speculative method for the engine config.")] = "eagle3",
+    method: Annotated[Optional[str], typer.Option("--method", help="eagle3 | draft_model (default: the drafter's own).")] = None,
     temperature: Annotated[float, typer.Option("--temperature", help="The deployment's sampling temperature.")] = 0.0,
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
@@ -276,12 +279,15 @@ def autotune(
 
     if engine not in tune.ENGINES:
         raise UserError(f"--engine: unknown engine {engine!r}; use one of {', '.join(tune.ENGINES)}")
+    tune.check_options(engine, engine_version, method, export_format, drafter_path)
     store = _store(workdir, db)
     if from_metrics:
         try:
             name = drafter or (Path(drafter_path).name if drafter_path else None)
             if name is None or drafter_path is None:
                 raise UserError("--drafter-path: name the deployed drafter (its path goes into the config)")
+            path, method = tune.drafter_path(store, {"target": model, "drafter": name}, workdir, drafter_path, method)
+            tune.check_options(engine, engine_version, method, export_format, path)  # before a version is stored
             row, report = tune.from_metrics(store, from_metrics, model_name=model, drafter=name,
                                             cost_ratio=cost_ratio, hardware=hardware, temperature=temperature,
                                             code_version=code_version())
@@ -291,21 +297,28 @@ def autotune(
                   f"depth {row['depth']}; {report}", markup=False, soft_wrap=True)
         if not _speculates(row):
             return
-        sys.stdout.write(tune.render(engine, tune.schedule_of(row), model=drafter_path, method=method) + "\n")
+        _print_config(tune.render(engine, tune.schedule_of(row), model=path, method=method, version=engine_version,
+                                  config_dir=workdir / "engine-configs"))
         return
     try:
-        rows = [r for r in store.best(target=target, drafter=drafter) if hardware in (None, r["hardware"])]
-        if len(rows) != 1:
-            have = sorted(f"{r['target']}/{r['drafter']} on {r['hardware']}" for r in rows)
-            raise UserError(f"--target/--drafter/--hardware: {len(rows)} tuned configs match"
-                            + (f" ({'; '.join(have)}); name one" if rows else "; run `specfleet run SPEC` first"))
-        row = rows[0]
+        row, note = tune.pick_version(store.best(target=target, drafter=drafter), hardware=hardware,
+                                      condition=condition)
+        if note:
+            err.print(f"{row['target']}/{row['drafter']}: {note}", markup=False, soft_wrap=True)
         if not _speculates(row):
             return
-        path, method = tune.drafter_path(store, row, workdir, drafter_path, method)
+        path, method = tune.drafter_path(store, row, workdir, drafter_path, method, export_format)
     finally:
         store.close()
-    sys.stdout.write(tune.render(engine, tune.schedule_of(row), model=path, method=method) + "\n")
+    _print_config(tune.render(engine, tune.schedule_of(row), model=path, method=method, version=engine_version,
+                              config_dir=workdir / "engine-configs"))
+
+
+def _print_config(emitted) -> None:
+    """The config on stdout; what the engine release could not express, and files it reads, on stderr."""
+    for note in emitted.notes:
+        err.print(f"note: {note}", markup=False, soft_wrap=True)
+    sys.stdout.write(emitted.text.rstrip("\n") + "\n")
 
 
 def _speculates(row: dict) -> bool:

@@ -20,6 +20,9 @@ from pipeline.core.types import Curve
 
 PREFIX = "vllm:spec_decode_"
 COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+# drafts may come up short of the depth for reasons other than a schedule (a request near its
+# length limit); more than this share missing means the server ran several depths
+SHORT_DRAFTS = 0.01
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,14 @@ def production_curve(counters: SpecDecodeCounters, *, temperature: float, condit
     """The acceptance curve the counters imply (pooled over every verified draft)."""
     if counters.num_drafts <= 0:
         raise UserError("--from-metrics: no drafts were verified in this window (num_drafts = 0)")
-    survival = [a / counters.num_drafts for a in counters.accepted_per_pos]
+    drafts, positions = counters.num_drafts, len(counters.accepted_per_pos)
+    if counters.num_draft_tokens < drafts * positions * (1 - SHORT_DRAFTS):
+        raise UserError(f"--from-metrics: {counters.num_draft_tokens:g} draft tokens over {drafts:g} drafts is "
+                        f"{counters.num_draft_tokens / drafts:.2f} per draft, not the {positions} positions "
+                        "counted: the server drafts fewer tokens at some batch sizes (a per-batch-size depth), so survival "
+                        "at the deep positions cannot be read from these counters; scrape a window where the server ran "
+                        "one depth (a server on specfleet's per-batch-size schedule: serve one depth while scraping)")
+    survival = [a / drafts for a in counters.accepted_per_pos]
     if any(s > 1.0 + 1e-9 for s in survival) or any(b > a + 1e-9 for a, b in zip(survival, survival[1:])):
         raise UserError("--from-metrics: accepted-per-position counts are inconsistent "
                         "(survival must fall with position and stay <= 1)")

@@ -8,7 +8,8 @@ import safetensors.torch
 import torch
 
 from workers.drafter import drafter_from_target
-from workers.export import export_eagle3, import_eagle3
+from workers.eagle_layouts import import_checkpoint
+from workers.export import export_eagle3
 from workers.eagle_train import drafter_config_for
 
 
@@ -47,7 +48,7 @@ def test_layout_names_shapes_and_config(tmp_path, pre_norm_drafter):
 def test_round_trip_computes_the_same_function(tmp_path, tiny_target, pre_norm_drafter):
     target, _, _ = tiny_target
     folder = export_eagle3(pre_norm_drafter, tmp_path / "eagle3", dtype=torch.float32)
-    back = import_eagle3(folder, target.get_input_embeddings().weight)
+    back = import_checkpoint(folder, target.get_input_embeddings().weight, target.config.num_hidden_layers)
     tokens = torch.randint(3, 300, (2, 12))
     g0 = torch.randn(2, 12, pre_norm_drafter.cfg.hidden_size)
     for a, b in zip(pre_norm_drafter.forward_steps(tokens, g0, 3), back.forward_steps(tokens, g0, 3)):

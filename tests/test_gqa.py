@@ -14,7 +14,8 @@ from workers.chains import draft_all_chains
 from workers.drafter import drafter_from_target
 from workers.eagle_train import drafter_config_for
 from workers.engine import EagleProposer, generate
-from workers.export import export_eagle3, import_eagle3
+from workers.eagle_layouts import import_checkpoint
+from workers.export import export_eagle3
 from workers.features import target_pass
 from workers.rope import inv_freq, rope_settings
 
@@ -110,7 +111,7 @@ def test_gqa_drafter_survives_export_and_import(tmp_path):
     config = json.loads((folder / "config.json").read_text())
     assert (config["num_key_value_heads"], config["head_dim"]) == (2, 12)
     assert config["rope_scaling"]["rope_type"] == "llama3"
-    back = import_eagle3(folder, target.get_input_embeddings().weight)
+    back = import_checkpoint(folder, target.get_input_embeddings().weight, 4)
     assert back.cfg == drafter.cfg
     seq = torch.randint(0, 40, (1, 14), generator=torch.Generator().manual_seed(3))
     streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)

@@ -50,7 +50,9 @@ def _cli(*args, workdir: Path):
 
 
 def test_autotune_cli_from_a_real_metrics_window(tmp_path):
-    drafter = tmp_path / "dflash-drafter"
+    drafter = tmp_path / "dflash-drafter"  # an EAGLE-3 checkpoint's folder, as the engine would load it
+    drafter.mkdir()
+    (drafter / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"]}))
     done = _cli("autotune", "--engine", "vllm", "--from-metrics", str(DFLASH), "--cost-ratio", "0.1",
                 "--drafter-path", str(drafter), "--method", "eagle3", workdir=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -1,10 +1,15 @@
-"""Export a trained drafter in the EAGLE-3 checkpoint layout vLLM and SGLang load.
+"""Export a trained drafter as the engines load EAGLE-3 heads: the EAGLE-3 layout vLLM and
+SGLang read, or the speculators format (vllm-project/speculators) that vLLM documents.
 
-The layout (config.json + model.safetensors) names one decoder layer `midlayer.*`, the fusion
-`fc`, the final `norm`, the `lm_head` over the draft vocabulary and the `d2t` / `t2d` maps; the
-token embedding is left out (both engines take the target's). vLLM reads the captured target
-layers from `eagle_aux_hidden_state_layer_ids` (the HF hidden_states indices specfleet uses);
-SGLang reads `eagle_config.eagle_aux_hidden_state_layer_ids`, one lower for the same layers.
+The EAGLE-3 layout (config.json + model.safetensors) names one decoder layer `midlayer.*`, the
+fusion `fc`, the final `norm`, the `lm_head` over the draft vocabulary and the `d2t` / `t2d`
+maps; the token embedding is left out (both engines take the target's). vLLM reads the captured
+target layers from `eagle_aux_hidden_state_layer_ids` (the HF hidden_states indices specfleet
+uses); SGLang reads `eagle_config.eagle_aux_hidden_state_layer_ids`, one lower for the same
+layers (recent SGLang adds the one back only when the list starts at 1, which EAGLE-3's default
+capture, from hidden state 2, does; a capture list starting elsewhere is read differently there). The speculators format keeps the same weights as `layers.0.*`, the layer's settings in
+`transformer_layer_config` and the verifier (target) it drafts for. workers/eagle_layouts.py
+reads all of these back.
 
 Stock engines run the pre-norm EAGLE-3 layer only, with a fusion of three streams and no
 per-stream norms or attention gate: other variants are refused rather than exported into
@@ -14,32 +19,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import safetensors.torch
 import torch
 
 from workers.drafter import DrafterConfig, Eagle3Drafter
-from workers.rope import rope_settings
+from workers.eagle_layouts import LAYER, OUTSIDE, PREFIX
 
-# specfleet parameter name -> EAGLE-3 checkpoint name
-NAMES = {
-    "q_proj.weight": "midlayer.self_attn.q_proj.weight",
-    "k_proj.weight": "midlayer.self_attn.k_proj.weight",
-    "v_proj.weight": "midlayer.self_attn.v_proj.weight",
-    "o_proj.weight": "midlayer.self_attn.o_proj.weight",
-    "gate_proj.weight": "midlayer.mlp.gate_proj.weight",
-    "up_proj.weight": "midlayer.mlp.up_proj.weight",
-    "down_proj.weight": "midlayer.mlp.down_proj.weight",
-    "input_norm.weight": "midlayer.input_layernorm.weight",
-    "hidden_norm.weight": "midlayer.hidden_norm.weight",
-    "post_attn_norm.weight": "midlayer.post_attention_layernorm.weight",
-    "fc.weight": "fc.weight",
-    "final_norm.weight": "norm.weight",
-    "lm_head.weight": "lm_head.weight",
-    "d2t": "d2t",
-    "t2d": "t2d",
-}
+def names(layout: str) -> dict[str, str]:
+    """specfleet parameter name -> the checkpoint's name in `layout` ("eagle" or "speculators")."""
+    return {**{ours: PREFIX[layout] + theirs for ours, theirs in LAYER.items()}, **OUTSIDE}
 
 
 def exportable(cfg: DrafterConfig) -> None:
@@ -89,44 +78,54 @@ def eagle3_config(cfg: DrafterConfig, *, dtype: str = "bfloat16", max_positions:
 def export_eagle3(drafter: Eagle3Drafter, folder: str | Path, *, dtype: torch.dtype = torch.bfloat16) -> Path:
     """Write config.json and model.safetensors under folder; returns the folder."""
     exportable(drafter.cfg)
+    config = eagle3_config(drafter.cfg, dtype=str(dtype).removeprefix("torch."))
+    return _write(drafter, folder, "eagle", config, dtype)
+
+
+def speculators_config(cfg: DrafterConfig, *, verifier: str, dtype: str = "bfloat16", max_positions: int = 8192,
+                       speculative_tokens: int = 3) -> dict:
+    """The speculators format's config: its Eagle3 fields, the Llama layer's settings nested, and
+    the verifier (the target) with the default number of tokens to propose."""
+    flat = eagle3_config(cfg, dtype=dtype, max_positions=max_positions)
+    layer = {k: flat[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                                  "intermediate_size", "hidden_act", "num_hidden_layers", "rms_norm_eps",
+                                  "rope_theta", "rope_scaling", "max_position_embeddings", "vocab_size",
+                                  "attention_bias")}
+    return {
+        "speculators_model_type": "eagle3",
+        "architectures": ["Eagle3Speculator"],
+        "transformer_layer_config": {"model_type": "llama", **layer},
+        "draft_vocab_size": flat["draft_vocab_size"],
+        "norm_before_residual": False,
+        "target_hidden_size": cfg.hidden_size,
+        "eagle_aux_hidden_state_layer_ids": list(cfg.capture_layers),
+        "torch_dtype": dtype,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens}],
+            "default_proposal_method": "greedy",
+            "verifier": {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]},
+        },
+    }
+
+
+def export_speculators(drafter: Eagle3Drafter, folder: str | Path, *, verifier: str, speculative_tokens: int = 3,
+                       dtype: torch.dtype = torch.bfloat16) -> Path:
+    """Write the drafter in the speculators format (config.json + model.safetensors) under folder."""
+    exportable(drafter.cfg)
+    config = speculators_config(drafter.cfg, verifier=verifier, dtype=str(dtype).removeprefix("torch."),
+                                speculative_tokens=speculative_tokens)
+    return _write(drafter, folder, "speculators", config, dtype)
+
+
+def _write(drafter: Eagle3Drafter, folder: str | Path, layout: str, config: dict, dtype: torch.dtype) -> Path:
     state = drafter.state_dict()
     tensors = {}
-    for ours, theirs in NAMES.items():
+    for ours, theirs in names(layout).items():
         t = state[ours].detach().to("cpu")
-        if t.is_floating_point():
-            t = t.to(dtype)
-        tensors[theirs] = t.contiguous()
+        tensors[theirs] = (t.to(dtype) if t.is_floating_point() else t).contiguous()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     safetensors.torch.save_file(tensors, str(folder / "model.safetensors"))
-    config = eagle3_config(drafter.cfg, dtype=str(dtype).removeprefix("torch."))
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     return folder
-
-
-def import_eagle3(folder: str | Path, target_embedding: torch.Tensor) -> Eagle3Drafter:
-    """An EAGLE-3 checkpoint (ours or another trainer's) as a specfleet drafter (pre-norm)."""
-    folder = Path(folder)
-    config = json.loads((folder / "config.json").read_text())
-    state = safetensors.torch.load_file(str(folder / "model.safetensors"))
-    vocab, draft_vocab = config["vocab_size"], config.get("draft_vocab_size") or config["vocab_size"]
-    heads = config["num_attention_heads"]
-    kv_heads = config.get("num_key_value_heads") or heads
-    head_dim = config.get("head_dim") or config["hidden_size"] // heads
-    theta, scaling = rope_settings(SimpleNamespace(**config))
-    cfg = DrafterConfig(
-        hidden_size=config["hidden_size"], heads=heads,
-        kv_heads=None if kv_heads == heads else kv_heads,
-        head_dim=None if head_dim == config["hidden_size"] // heads else head_dim, rope_scaling=scaling,
-        intermediate_size=config["intermediate_size"], vocab_size=vocab,
-        capture_layers=tuple(config["eagle_aux_hidden_state_layer_ids"]),
-        draft_vocab=None if draft_vocab == vocab else draft_vocab,
-        rope_theta=theta, rms_eps=float(config["rms_norm_eps"]),
-    )
-    drafter = Eagle3Drafter(cfg)
-    ours = {o: state[t].float() if state[t].is_floating_point() else state[t] for o, t in NAMES.items() if t in state}
-    ours["embed.weight"] = target_embedding.float()
-    ours.setdefault("d2t", torch.zeros(draft_vocab, dtype=torch.long))
-    ours.setdefault("t2d", torch.ones(vocab, dtype=torch.bool))
-    drafter.load_state_dict(ours, strict=True)
-    return drafter.eval()

@@ -17,6 +17,7 @@ from pipeline.core.contracts import Trained
 from workers.chains import draft_all_chains, draft_chains_with_model
 from workers.diagnostics import DriftStats
 from workers.eagle_checkpoint import load_eagle3
+from workers.eagle_layouts import checkpoint_folder, import_checkpoint
 from workers.engine import EagleProposer, ModelProposer
 from workers.features import cached_forward_states, target_pass
 from workers.models import load_model, load_target
@@ -55,10 +56,16 @@ class ModelChains:
 
 class EagleFamily:
     name = "eagle3"
+    method = "eagle3"  # what serving engines call a drafter of this family
 
     def load(self, spec, trained: Trained | None, target):
+        """The trained drafter, or the checkpoint the spec names (`path`) read as it is."""
         param = next(target.parameters())
-        return load_eagle3(trained.files, device=param.device, dtype=param.dtype)
+        if trained is not None:
+            return load_eagle3(trained.files, device=param.device, dtype=param.dtype)
+        drafter = import_checkpoint(checkpoint_folder(spec.path), target.get_input_embeddings().weight.detach().cpu(),
+                                    target.config.num_hidden_layers)
+        return drafter.to(device=param.device, dtype=param.dtype)
 
     def chains(self, drafter, target, depth: int) -> EagleChains:
         return EagleChains(drafter, target, depth)
@@ -78,8 +85,9 @@ class EagleFamily:
         token = drafter.full_logits(logits).argmax(-1)
         return lambda: drafter.step(token, chain, d_cache, context_len - 1)
 
-    def export(self, checkpoint: Path, out: Path) -> tuple[str, str]:
-        """(folder, vLLM method): the drafter written once in the EAGLE-3 layout engines load."""
+    def export(self, checkpoint: Path, out: Path, layout: str = "eagle3", verifier: str | None = None) -> tuple[str, str]:
+        """(folder, vLLM method): the drafter written once in the EAGLE-3 layout engines load, or in
+        the speculators format (which names the `verifier` it drafts for)."""
         import torch
 
         from pipeline.core.files import pack_dir, staged_dir
@@ -87,14 +95,20 @@ class EagleFamily:
 
         # named, not imported: exporting is the driver's business, no job's code version covers it
         export_eagle3 = resolve("workers.export:export_eagle3")
+        export_speculators = resolve("workers.export:export_speculators")
         if not out.is_dir():  # written whole or not at all: a crash leaves no half export to reuse
             with staged_dir(out) as tmp:
-                export_eagle3(load_eagle3(pack_dir(checkpoint), device="cpu", dtype=torch.float32), tmp)
-        return str(out.resolve()), "eagle3"
+                drafter = load_eagle3(pack_dir(checkpoint), device="cpu", dtype=torch.float32)
+                if layout == "speculators":
+                    export_speculators(drafter, tmp, verifier=verifier or "")
+                else:
+                    export_eagle3(drafter, tmp)
+        return str(out.resolve()), self.method
 
 
 class StandaloneFamily:
     name = "standalone"
+    method = "draft_model"
 
     def load(self, spec, trained: Trained | None, target):
         param = next(target.parameters())
@@ -128,9 +142,11 @@ class StandaloneFamily:
 
         return run
 
-    def export(self, checkpoint: Path, out: Path) -> tuple[str, str]:
+    def export(self, checkpoint: Path, out: Path, layout: str = "eagle3", verifier: str | None = None) -> tuple[str, str]:
         """A draft model is served from its Hugging Face folder as it is."""
-        return str(checkpoint.resolve()), "draft_model"
+        if layout != "eagle3":
+            raise ValueError(f"a draft model is served from its own folder; the {layout} format holds EAGLE-3 heads")
+        return str(checkpoint.resolve()), self.method
 
 
 FAMILIES = {f.name: f for f in (EagleFamily(), StandaloneFamily())}

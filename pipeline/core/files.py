@@ -67,6 +67,23 @@ def write_dir(files: Files, folder: str | Path) -> Path:
     return folder
 
 
+def write_file(path: str | Path, text: str) -> Path:
+    """Write `text` as `path`, atomically (a temporary sibling renamed over it): a reader never
+    sees half a file. Files are named by content, so replacing one changes no bytes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.part-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(tmp, 0o644)  # readable by a server that runs as another user (mkstemp makes it 0600)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
 def cache_root() -> Path:
     """This node's cache of model folders: $SPECFLEET_CACHE, or specfleet-cache in the temp directory."""
     return Path(os.environ.get("SPECFLEET_CACHE", Path(tempfile.gettempdir()) / "specfleet-cache"))

@@ -8,11 +8,12 @@ Unknown keys are refused everywhere.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from pipeline.core.sources import locate
+from pipeline.core.sources import locate, looks_like_path
 
 DRAFTER_KINDS = ("eagle3", "standalone")
 Corpus = Literal["stdlib", "pydoc", "chat"]
@@ -119,6 +120,8 @@ class Eagle3DrafterSpec(Strict):
     capture_layers: list[Annotated[int, Field(ge=0)]] | None = Field(
         None, description="indices into the target's hidden_states; default: EAGLE-3's low/mid/high")
     train: TrainDrafter = TrainDrafter()
+    path: str | None = Field(None, description="an EAGLE-3 checkpoint trained elsewhere (a folder or hub id, in "
+                                               "the EAGLE, SpecForge or speculators layout), measured as it is")
 
     @model_validator(mode="after")
     def _capture_count(self):
@@ -128,14 +131,27 @@ class Eagle3DrafterSpec(Strict):
                              f"got {len(self.capture_layers)}")
         return self
 
-    @property
-    def trained_here(self) -> bool:
-        """An EAGLE drafter is always trained against its target by a train_drafter job."""
-        return True
+    @model_validator(mode="after")
+    def _checkpoint_sets_its_variant(self):
+        if self.path is None:
+            return self
+        given = sorted(self.model_fields_set & {"norm", "fc_norm", "fusion", "attention", "draft_vocab",
+                                                 "capture_layers", "train"})
+        if given:
+            raise ValueError(f"path: the checkpoint sets its own variant and weights; drop {', '.join(given)}")
+        if looks_like_path(self.path) and not (Path(self.path).expanduser() / "config.json").is_file():
+            raise ValueError(f"path: no EAGLE-3 checkpoint at local path {self.path} (config.json not found)")
+        return self
 
     @property
-    def training_corpus(self) -> str:
-        return self.train.corpus
+    def trained_here(self) -> bool:
+        """An EAGLE drafter is trained against its target by a train_drafter job, unless it is a
+        checkpoint from elsewhere (`path`)."""
+        return self.path is None
+
+    @property
+    def training_corpus(self) -> str | None:
+        return self.train.corpus if self.path is None else None
 
     @property
     def target_states(self) -> dict:

@@ -1,0 +1,41 @@
+"""Engine configs from a per-batch-size depth schedule, one module per serving engine.
+
+Each engine module knows, per release range, the field names, how the engine reads a depth
+schedule and what it refuses, as read from the engine's own source (the module docstrings
+name the files and releases). `emit(engine, schedule, model=..., method=..., version=...)`
+returns what to print, any file the engine reads beside it, and notes on what that release
+cannot express (it then gets the batch-size-1 depth at every batch size).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from packaging.version import Version
+
+from pipeline.engines import sglang, transformers, trtllm, vllm
+from pipeline.engines.common import Emitted, EngineVersionError, parse_version
+
+MODULES = {m.NAME: m for m in (vllm, sglang, trtllm, transformers)}
+ENGINES = tuple(MODULES)
+
+
+def check_version(engine: str, version: str | None) -> Version:
+    """The release to write for, refused (EngineVersionError) before anything is stored."""
+    module = MODULES[engine]
+    return parse_version(engine, version or module.DEFAULT_VERSION, module.OLDEST)
+
+
+def emit(engine: str, schedule, *, model: str, method: str, version: str | None = None,
+         config_dir: str = ".") -> Emitted:
+    """The engine's config for `schedule` at `version` (default: the engine's current release);
+    files it names are to be written to `config_dir`."""
+    module = MODULES[engine]
+    v = check_version(engine, version)
+    out = module.emit(list(schedule), model=model, method=method, version=v, config_dir=config_dir)
+    if v > Version(module.NEWEST):
+        note = f"{engine} {v} is newer than the newest release read ({module.NEWEST}): written as for that one"
+        out = dataclasses.replace(out, notes=(*out.notes, note))
+    return out
+
+
+__all__ = ["ENGINES", "Emitted", "EngineVersionError", "check_version", "emit"]

@@ -1,0 +1,58 @@
+"""What every engine emitter shares: release parsing and the emitted result."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from packaging.version import InvalidVersion, Version
+
+from pipeline.core.schedule import Range
+
+
+class EngineVersionError(ValueError):
+    """A release that specfleet does not write for, or a setting that release cannot run;
+    `option` is the command-line option to change."""
+
+    def __init__(self, message: str, option: str = "--engine-version"):
+        super().__init__(message)
+        self.option = option
+
+
+@dataclass(frozen=True)
+class Emitted:
+    text: str  # what the user passes to the engine: flags, a JSON argument or a YAML file's text
+    files: dict[str, str] = field(default_factory=dict)  # file name -> content the text refers to
+    notes: tuple[str, ...] = ()  # what this release could not express, and what was written instead
+
+
+def parse_version(engine: str, text: str, oldest: str) -> Version:
+    try:
+        v = Version(text)
+    except InvalidVersion:
+        raise EngineVersionError(f"{engine}: {text!r} is not a release number (say {oldest})") from None
+    if v < Version(oldest):
+        raise EngineVersionError(f"{engine} {text} is older than the oldest release specfleet writes for ({oldest})")
+    return v
+
+
+def at_least(v: Version, release: str) -> bool:
+    return v >= Version(release)
+
+
+def constant(schedule: list[Range]) -> bool:
+    return len({k for _, _, k in schedule}) == 1
+
+
+def batch1(schedule: list[Range], engine: str, version: Version, why: str,
+           option: str = "--engine-version") -> tuple[list[Range], tuple[str, ...]]:
+    """The schedule this release can run when it cannot run the given one: the batch-size-1 depth at
+    every batch size, with the note that says so. `option`: what to change when even that is not
+    possible (a batch-size-1 depth of 0)."""
+    k = schedule[0][2]
+    if k == 0:
+        raise EngineVersionError(f"{engine} {version}: {why}, and the batch-size-1 depth is 0: at one depth for "
+                                 "every batch size, speculation would not pay; serve without a drafter", option)
+    if constant(schedule):
+        return [(1, schedule[-1][1], k)], ()
+    note = (f"{engine} {version}: {why}; written as the batch-size-1 depth {k} at every batch size "
+            f"(the schedule was {', '.join(f'{lo}-{hi}: k={d}' for lo, hi, d in schedule)})")
+    return [(1, schedule[-1][1], k)], (note,)

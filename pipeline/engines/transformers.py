@@ -1,0 +1,36 @@
+"""Hugging Face transformers assisted generation: `generate(assistant_model=...)` reads the
+drafting settings from the assistant's generation config (`num_assistant_tokens`,
+`num_assistant_tokens_schedule`, `assistant_confidence_threshold`, in
+`transformers/generation/configuration_utils.py` and `candidate_generator.py`). It decodes one
+sequence at a time, so the batch-size-1 depth is the one that applies. A constant schedule and
+no confidence cut-off make it draft exactly that many tokens a round, as the depth was tuned
+(its defaults, "heuristic" and 0.4, move the depth as drafts are accepted or not).
+"""
+from __future__ import annotations
+
+import json
+
+from packaging.version import Version
+
+from pipeline.core.schedule import Range
+from pipeline.engines.common import Emitted, EngineVersionError, batch1, constant
+
+NAME = "transformers"
+OLDEST, NEWEST = "4.48.0", "5.24.0"  # the oldest this project installs with; the newest it was run with
+DEFAULT_VERSION = NEWEST
+
+
+def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str) -> Emitted:
+    """(`config_dir`: where files would go; this engine's config is all in its text.)"""
+    if method != "draft_model":
+        raise EngineVersionError(f"transformers: HF assisted generation drafts with a standalone draft model; "
+                                 f"this drafter is {method} (use vllm, sglang or trtllm)", option="--engine")
+    notes: tuple[str, ...] = ()
+    if not constant(schedule):
+        schedule, notes = batch1(schedule, NAME, version, "assisted generation decodes one sequence at a time",
+                                 option="--engine")
+    config = {"assistant_model": model,
+              "assistant_generation_config": {"num_assistant_tokens": schedule[0][2],
+                                              "num_assistant_tokens_schedule": "constant",
+                                              "assistant_confidence_threshold": 0.0}}
+    return Emitted(text=json.dumps(config, indent=1), notes=notes)
