@@ -36,13 +36,15 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--depth", type=int, default=5)
     ap.add_argument("--chains", type=int, default=16, help="chains per prompt")
+    ap.add_argument("--answer-prefix", type=int, default=0,
+                    help="answer tokens the prompts end with (evaluation.answer_prefix; smollm2.yaml uses 0)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     target, tok = load_model(hf=args.hf, gguf=args.gguf, package=args.package, device=torch.device("cpu"),
                              dtype=torch.float32)
     drafter = load_eagle3(pack_dir(args.checkpoint), device="cpu", dtype=torch.float32)
     prompts = build_prompts(tok, corpus="chat", condition=args.condition, num_prompts=args.prompts, prompt_len=128,
-                            long_context_len=512, seed=0)
+                            long_context_len=512, seed=0, answer_prefix=args.answer_prefix)
     where = [Counter() for _ in range(args.depth)]
     pairs = [Counter() for _ in range(args.depth)]
     sink_mass = [0.0] * args.depth

@@ -22,8 +22,11 @@ def test_render_every_engine_from_a_schedule(tmp_path):
     (name,) = sglang.files
     assert json.loads((tmp_path / name).read_text()) == {"1": {"candidate_steps": [4]}, "9": {"candidate_steps": [2]},
                                                          "33": {"candidate_steps": [0]}}
-    trt = yaml.safe_load(render("trtllm", SCHEDULE, model="/d", method="eagle3").text)["speculative_config"]
-    assert trt["draft_len_schedule"] == {1: 4, 9: 2, 33: 0} and trt["max_draft_len"] == 4  # 1.2.1: lower bounds
+    stable = render("trtllm", SCHEDULE, model="/d", method="eagle3")  # 1.2.1: EAGLE-3 reads no schedule
+    assert yaml.safe_load(stable.text)["speculative_config"]["max_draft_len"] == 4
+    assert "draft_len_schedule" not in stable.text and "batch-size-1 depth 4" in stable.notes[0]
+    trt = yaml.safe_load(render("trtllm", SCHEDULE, model="/d", method="draft_model").text)["speculative_config"]
+    assert trt["draft_len_schedule"] == {1: 4, 9: 2, 33: 0} and trt["decoding_type"] == "Draft_Target"  # lower bounds
     trt = yaml.safe_load(render("trtllm", SCHEDULE, model="/d", method="eagle3", version="1.4.0rc1").text)
     assert trt["speculative_config"]["draft_len_schedule"] == {8: 4, 32: 2}  # upper bounds; above 32 nothing
 
@@ -90,7 +93,7 @@ def test_a_draft_model_is_served_from_its_folder_as_its_family_says(tmp_path, ti
     assert drafter_path(store, row, tmp_path / "work", None) == (str(Path(folder).resolve()), "draft_model")
     assert not (tmp_path / "work").exists()  # nothing to export
     old = FakeStore({"s" * 64: {"checkpoint_dir": folder, "metrics": {}}})  # stored before families were kept
-    with pytest.raises(UserError, match="rerun its experiment"):
+    with pytest.raises(UserError, match="or one trained by an older release"):
         drafter_path(old, row, tmp_path / "work", None)
 
 
