@@ -12,6 +12,7 @@ import workers.engine as engine
 from workers.drafter import drafter_from_target
 from workers.engine import EagleProposer, ModelProposer, accept_drafts, generate
 from workers.eagle_train import drafter_config_for
+from workers.sampling import one_hot_q
 
 V = 12  # a small vocabulary, so exact target distributions can be enumerated
 
@@ -56,6 +57,24 @@ def test_accept_rule_keeps_target_distribution_and_a_wrong_residual_is_caught(mo
     assert chi2_pvalue(wrong[0], p[0]) < 1e-4  # resampling from p instead of the residual is biased
 
 
+def test_greedy_drafts_verified_one_hot_keep_the_target_distribution_at_any_temperature():
+    """vLLM's default at T > 0: the drafter's argmax, verified as if q were one-hot on it. Verifying
+    those drafts with the drafter's soft q instead (the sampled rule) is biased."""
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, V, generator=gen) * 1.5
+    draft = int((logits[0] + torch.randn(V, generator=gen)).argmax())  # a drafter that partly agrees
+    soft_q = torch.softmax(logits[:1] + torch.randn(1, V, generator=gen), dim=-1)
+    for temperature in (0.7, 1.3):
+        p = torch.softmax(logits / temperature, dim=-1)
+        for q, lossless in ((one_hot_q(torch.tensor([draft]), V), True), (soft_q, False)):
+            counts = torch.zeros(V)
+            g = torch.Generator().manual_seed(2)
+            for _ in range(6000):
+                n, nxt = accept_drafts(logits, [draft], q, temperature, g)
+                counts[draft if n else nxt] += 1
+            assert (chi2_pvalue(counts, p[0]) > 1e-4) == lossless, (temperature, lossless)
+
+
 def _tiny_llama(seed: int, vocab: int = V) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
@@ -65,18 +84,22 @@ def _tiny_llama(seed: int, vocab: int = V) -> LlamaForCausalLM:
 
 
 @torch.no_grad()
-def _exact_joint(target, prompt, n_new):
-    """P(x_1..x_n | prompt) for every sequence of n_new tokens, by enumeration. -> [V] * n_new"""
+def _exact_joint(target, prompt, n_new, temperature: float = 1.0):
+    """P(x_1..x_n | prompt) at a temperature, for every sequence of n_new tokens, by enumeration.
+    -> [V] * n_new"""
     seqs = torch.tensor(list(itertools.product(range(V), repeat=n_new)))  # [V^n, n]
     ids = torch.cat([prompt.expand(seqs.shape[0], -1), seqs], dim=1)
-    logp = torch.log_softmax(target(input_ids=ids).logits.float(), dim=-1)
+    logp = torch.log_softmax(target(input_ids=ids).logits.float() / temperature, dim=-1)
     P = prompt.shape[1]
     total = sum(logp[:, P - 1 + i].gather(1, seqs[:, i : i + 1]).squeeze(1) for i in range(n_new))
     return total.exp().reshape([V] * n_new)
 
 
+@pytest.mark.parametrize("temperature,draft_sampling", [(1.0, "sampled"), (0.7, "sampled"), (0.7, "greedy")])
 @pytest.mark.parametrize("kind", ["eagle", "model"])
-def test_sampled_decoding_matches_the_target_distribution(kind):
+def test_sampled_decoding_matches_the_target_distribution(kind, temperature, draft_sampling):
+    """Both proposers (the draft model's rejection path included), both ways of drafting, at T = 1
+    and at another temperature."""
     target = _tiny_llama(0)
     if kind == "model":
         proposer = ModelProposer(_tiny_llama(1))
@@ -84,18 +107,21 @@ def test_sampled_decoding_matches_the_target_distribution(kind):
         cfg = drafter_config_for(target, norm="pre", fc_norm=False, fusion="tri")
         torch.manual_seed(2)
         proposer = EagleProposer(drafter_from_target(target, cfg).eval())
-    check_sampled_distribution(target, proposer)
+    check_sampled_distribution(target, proposer, temperature=temperature, draft_sampling=draft_sampling)
 
 
-def check_sampled_distribution(target, proposer, rounds: int = 1500):
-    """Sample 3 tokens `rounds` times at depth 2 and T=1; they must follow the target's exact joint."""
+def check_sampled_distribution(target, proposer, rounds: int = 1500, temperature: float = 1.0,
+                               draft_sampling: str = "sampled"):
+    """Sample 3 tokens `rounds` times at depth 2; they must follow the target's exact joint at that
+    temperature."""
     prompt = torch.tensor([[1, 5, 3]])
-    joint = _exact_joint(target, prompt, 3)
+    joint = _exact_joint(target, prompt, 3, temperature)
     gen = torch.Generator().manual_seed(7)
     counts = torch.zeros(V, V, V)
     passes = 0
     for _ in range(rounds):
-        out, accepted = generate(target, proposer, prompt, max_new=3, depth=2, temperature=1.0, gen=gen)
+        out, accepted = generate(target, proposer, prompt, max_new=3, depth=2, temperature=temperature, gen=gen,
+                                 draft_sampling=draft_sampling)
         counts[tuple(out)] += 1
         passes += len(accepted)
     # marginals of the 2nd and 3rd tokens (drafted, resampled or bonus) and the pair's joint

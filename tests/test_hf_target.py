@@ -85,3 +85,18 @@ def test_standalone_drafter_from_a_local_hf_folder(hf_folder):
                                   evaluation=EVAL.model_copy(update={"num_prompts": 2}))
     curve = run_job("measure_curve", config, {}, num_cpus=1, num_gpus=0).curves[0]
     assert curve.accept_len[-1] == 4.0  # a draft model identical to the target accepts every draft
+
+
+def test_greedy_drafts_at_temperature_keep_only_the_targets_mass_on_them(hf_folder):
+    """A draft model identical to the target: drafts sampled from q = p are always kept at T = 1;
+    its argmax drafts, verified one-hot (vLLM's default), are kept only with probability p(argmax)."""
+    def curve(draft_sampling):
+        evaluation = EVAL.model_copy(update={"num_prompts": 2, "temperatures": [1.0], "draft_sampling": draft_sampling})
+        config = c.MeasureCurveConfig(seed=0, device="cpu", target=c.TargetRef(name="t", hf=hf_folder, dtype="float32"),
+                                      drafter=StandaloneDrafterSpec(name="s", kind="standalone", hf=hf_folder),
+                                      evaluation=evaluation)
+        return run_job("measure_curve", config, {}, num_cpus=1, num_gpus=0).curves[0]
+
+    sampled, greedy = curve("sampled"), curve("greedy")
+    assert sampled.accept_len[-1] == pytest.approx(4.0, abs=1e-4)
+    assert 0.0 < greedy.survival[0] < 0.95 and greedy.accept_len[-1] < 3.5

@@ -17,7 +17,7 @@ import time
 import torch
 
 from workers.features import cached_forward_states
-from workers.sampling import sample
+from workers.sampling import drafting_temperature, one_hot_q, sample
 
 
 def residual_sample(p: torch.Tensor, q: torch.Tensor, gen: torch.Generator | None) -> int:
@@ -50,8 +50,11 @@ def accept_drafts(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | Non
 
 @torch.no_grad()
 def generate(target, proposer, prompt: torch.Tensor, *, max_new: int, depth: int, temperature: float,
-             gen: torch.Generator | None = None, timing: dict | None = None):
+             gen: torch.Generator | None = None, timing: dict | None = None, draft_sampling: str = "sampled"):
     """Decode max_new tokens after prompt ([1, P]). Returns (tokens, drafts accepted per target pass).
+
+    At temperature > 0, `draft_sampling` says how drafts are drawn and verified
+    (workers/sampling.py): from q, or the drafter's argmax verified with q one-hot.
 
     depth 0 is plain decoding: one target pass per token, the proposer is never called. With a
     `timing` dict, the decoding after the prompt's pass (prefill excluded) is timed into it:
@@ -66,11 +69,14 @@ def generate(target, proposer, prompt: torch.Tensor, *, max_new: int, depth: int
     out, accepted = [y], []
     if depth:
         proposer.start(prompt[0].tolist() + [y], streams)
+    draft_temp = drafting_temperature(temperature, draft_sampling)
     t0 = clock(prompt.device)
     while len(out) < max_new:
-        drafts, q = proposer.propose(depth, temperature, gen) if depth else ([], None)
+        drafts, q = proposer.propose(depth, draft_temp, gen) if depth else ([], None)
         inp = torch.tensor([[y] + drafts], device=prompt.device)
         logits, cache, streams = cached_forward_states(target, inp, cache, capture)  # the ONE verify pass
+        if drafts and temperature > 0 and draft_temp == 0:  # greedy drafts: q is one-hot on each
+            q = one_hot_q(inp[0, 1:], logits.shape[-1])
         n, nxt = accept_drafts(logits[0], drafts, q, temperature, gen)
         if depth - n > 0:
             cache.crop(-(depth - n))  # forget the rejected drafts; y and the accepted ones stay

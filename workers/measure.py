@@ -18,7 +18,7 @@ from pipeline.core.acceptance import curve_from_accepted, curve_from_sampled, de
 from workers.features import cached_forward_states, extend_logits
 from workers.noise import Noise, parse_noise
 from workers.prompts import build_prompts
-from workers.sampling import sample
+from workers.sampling import drafting_temperature, one_hot_q, sample
 
 
 @torch.no_grad()
@@ -107,7 +107,8 @@ def _measure(target, chains, prompts, evaluation, condition, temp, gen):
         p_len = prompt.numel()
         seq = continue_text(target, prompt[None].to(device), n_cont + depth, temp, gen)  # [1, P + G + K]
         starts = list(range(p_len - 1, p_len - 1 + n_cont))  # chain c starts after target token c+1
-        chain_drafts, q_logits = chains.draft(seq, starts, temp, gen, noise)  # [N, K], [N, K, V]
+        draft_temp = drafting_temperature(temp, evaluation.draft_sampling)
+        chain_drafts, q_logits = chains.draft(seq, starts, draft_temp, gen, noise)  # [N, K], [N, K, V]
         p_logits = verify_chains(target, seq, starts, chain_drafts)  # [N, K, V]
         if temp == 0:
             ok = (p_logits.argmax(-1) == chain_drafts).int()
@@ -117,7 +118,8 @@ def _measure(target, chains, prompts, evaluation, condition, temp, gen):
             per_prompt.append([len(mine), *(x * len(mine) for x in one.survival)])
             walks.append([list(decode_walk(mine, k)) for k in range(depth + 1)])
             continue
-        q = torch.softmax(q_logits / temp, dim=-1)  # [N, K, V]
+        # q as the verifier sees it: the drafter's distribution, or one-hot on greedy drafts
+        q = torch.softmax(q_logits / temp, dim=-1) if draft_temp > 0 else one_hot_q(chain_drafts, q_logits.shape[-1])
         p = torch.softmax(p_logits / temp, dim=-1)
         my_alphas = torch.minimum(p, q).sum(-1).clamp(max=1.0).tolist()
         picked = chain_drafts[..., None]

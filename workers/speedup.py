@@ -61,15 +61,17 @@ def engine_speedups(*, target, proposer, tokenizer, evaluation, validation, seed
     gen = torch.Generator().manual_seed(seed)
     for prompt in prompts[: validation.warmup_prompts]:  # warm-up: allocator, kernels, caches
         for k in depths:
-            generate(target, proposer, prompt[None].to(device), max_new=8, depth=k, temperature=temperature, gen=gen)
+            generate(target, proposer, prompt[None].to(device), max_new=8, depth=k, temperature=temperature, gen=gen,
+                     draft_sampling=evaluation.draft_sampling)
     mismatches = 0
     for _ in range(validation.repeats):
         for i, prompt in enumerate(prompts):
             outs = {}
             for k in depths[i % len(depths):] + depths[: i % len(depths)]:
                 timing: dict = {}
-                out, _ = generate(target, proposer, prompt[None].to(device), max_new=new_tokens,
-                                  depth=k, temperature=temperature, gen=gen, timing=timing)
+                out, _ = generate(target, proposer, prompt[None].to(device), max_new=new_tokens, depth=k,
+                                  temperature=temperature, gen=gen, timing=timing,
+                                  draft_sampling=evaluation.draft_sampling)
                 pass_s[k].append(timing["decode_s"] / timing["passes"])
                 seconds[k] += timing["decode_s"]
                 tokens[k] += timing["tokens"]

@@ -256,6 +256,9 @@ class Evaluation(Strict):
     long_context_len: int = Field(512, ge=16, description="prompt tokens under the long_context condition")
     answer_prefix: int = Field(4, ge=0, description="chat prompts end this many tokens into the reference answer; "
                                                     "0: where the assistant's turn begins, as a served chat does")
+    draft_sampling: Literal["sampled", "greedy"] = Field(
+        "sampled", description="at temperature > 0: drafts drawn from the drafter's q and kept with min(1, p/q), or "
+                               "the drafter's argmax verified with q one-hot (vLLM's default draft_sample_method)")
 
     @model_validator(mode="after")
     def _chat_conditions(self):
