@@ -55,4 +55,5 @@ def tuned_config(target: str, drafter: str, selected, *, experiment_id: int, spe
         "curve_job_hash": curve_job_hash, "cost_job_hash": cost_job_hash, "drafter_job_hash": drafter_job_hash,
         "decode_accept_len": choice.decode_accept_len, "cost_model": choice.cost_model,
         "pass_cost": list(selected.pass_cost) if selected.pass_cost is not None else None,
+        "draft_sampling": selected.draft_sampling,
     }

@@ -200,6 +200,7 @@ class Store:
         decode_accept_len: float | None = None,
         cost_model: str | None = None,
         pass_cost: list[float] | None = None,
+        draft_sampling: str | None = None,
     ) -> int:
         """Add a version measured in production (no job); it becomes the workload's active one.
 

@@ -32,6 +32,8 @@ JOB_STATUSES = ("pending", "running", "done", "failed")
 TUNED_SOURCES = ("offline", "production")
 # How a depth choice costed a target pass: timed engine iterations, or Leviathan's k c + 1.
 COST_MODELS = ("timed", "leviathan")
+# At temperature > 0, how drafts were drawn and verified (workers/sampling.py).
+DRAFT_SAMPLING = ("sampled", "greedy")
 
 NAME_LEN = 255  # model ids and local paths, experiment and job names, hardware descriptions
 HASH_LEN = 64  # sha256 hex digests
@@ -270,3 +272,6 @@ class TunedConfig(Base):
     decode_accept_len: Mapped[float | None] = mapped_column(Float)
     cost_model: Mapped[str | None] = mapped_column(String(TAG_LEN))
     pass_cost_json: Mapped[str | None] = mapped_column(Text)
+    # at temperature > 0, how the curve's drafts were drawn and verified: "sampled" (from q) or
+    # "greedy" (argmax, q one-hot); None: not recorded (production versions, older rows)
+    draft_sampling: Mapped[str | None] = mapped_column(String(TAG_LEN))

@@ -28,6 +28,7 @@ from db.queries import (
 )
 from db.tables import (
     COST_MODELS,
+    DRAFT_SAMPLING,
     HASH_LEN,
     NAME_LEN,
     TAG_LEN,
@@ -235,6 +236,9 @@ def checked_tuned(tuned: dict, where: str) -> dict:
         values[key] = _checked_number(values[key], key, where)
     if values.get("decode_accept_len") is not None:
         values["decode_accept_len"] = _checked_number(values["decode_accept_len"], "decode_accept_len", where)
+    if values.get("draft_sampling") not in (None, *DRAFT_SAMPLING):
+        raise StoreError(f"{where}: draft_sampling must be one of {DRAFT_SAMPLING} or None, "
+                         f"got {values['draft_sampling']!r}")
     if values.get("cost_model") not in (None, *COST_MODELS):
         raise StoreError(f"{where}: cost_model must be one of {COST_MODELS} or None, got {values['cost_model']!r}")
     pass_cost = values.pop("pass_cost", None)

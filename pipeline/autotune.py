@@ -23,6 +23,11 @@ from pipeline.errors import UserError
 ENGINES = engines.ENGINES
 
 
+def sampling_of(row: dict) -> str | None:
+    """How the row's curve drew drafts, when that matters to the engine: at temperature > 0."""
+    return row.get("draft_sampling") if row.get("temperature", 0.0) > 0 else None
+
+
 def schedule_of(row: dict) -> list[tuple[int, int, int]]:
     """The row's per-batch-size schedule, or its single depth for every batch size."""
     if row.get("schedule"):
@@ -182,7 +187,8 @@ def _method_of(trained, given: str) -> str:
 
 
 def render(engine: str, schedule: list[tuple[int, int, int]], *, model: str, method: str,
-           version: str | None = None, config_dir: Path | None = None) -> engines.Emitted:
+           version: str | None = None, config_dir: Path | None = None,
+           draft_sampling: str | None = None) -> engines.Emitted:
     """The engine config for one release (default: its current one). Files it names (SGLang's
     adaptive steps) are written to `config_dir`, whole or not at all."""
     check_schedule(schedule)
@@ -193,7 +199,8 @@ def render(engine: str, schedule: list[tuple[int, int, int]], *, model: str, met
         raise UserError(f"--engine: unknown engine {engine!r}; use one of {', '.join(engines.ENGINES)}")
     folder = (config_dir or Path(".")).resolve()
     try:
-        out = engines.emit(engine, schedule, model=model, method=method, version=version, config_dir=str(folder))
+        out = engines.emit(engine, schedule, model=model, method=method, version=version, config_dir=str(folder),
+                           draft_sampling=draft_sampling)
     except engines.EngineVersionError as exc:
         raise UserError(f"{exc.option}: {exc}") from None
     for name, text in out.files.items():

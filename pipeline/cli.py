@@ -298,7 +298,7 @@ def autotune(
         if not _speculates(row):
             return
         _print_config(tune.render(engine, tune.schedule_of(row), model=path, method=method, version=engine_version,
-                                  config_dir=workdir / "engine-configs"))
+                                  config_dir=workdir / "engine-configs", draft_sampling=tune.sampling_of(row)))
         return
     try:
         row, note = tune.pick_version(store.best(target=target, drafter=drafter), hardware=hardware,
@@ -311,7 +311,7 @@ def autotune(
     finally:
         store.close()
     _print_config(tune.render(engine, tune.schedule_of(row), model=path, method=method, version=engine_version,
-                              config_dir=workdir / "engine-configs"))
+                              config_dir=workdir / "engine-configs", draft_sampling=tune.sampling_of(row)))
 
 
 def _print_config(emitted) -> None:

@@ -88,7 +88,7 @@ def build_plan(spec: ExperimentSpec, code_version: Callable[[tuple[str, ...] | N
                    {**models, "cost": timing, "max_depth": evaluation.max_depth}, inputs, t, d)
         depth = add("select_depth", f"select_depth {pair}",
                     {"target": t, "drafter": d, "cost_ratio": spec.cost.cost_ratio,
-                     "max_batch_size": spec.cost.max_batch_size},
+                     "max_batch_size": spec.cost.max_batch_size, "draft_sampling": evaluation.draft_sampling},
                     {"curve": curve, "cost": cost}, t, d)
         if spec.validation is not None:
             add("measure_speedup", f"measure_speedup {pair}",

@@ -33,6 +33,8 @@ def vllm(arg: str, version: str, batch_size: int) -> tuple[str, int]:
     known = {"method", "model", "num_speculative_tokens"}
     if v >= Version("0.24.0"):
         known.add("num_speculative_tokens_per_batch_size")
+    if v >= Version("0.21.0"):
+        known.add("draft_sample_method")
     unknown = set(config) - known
     if unknown and v >= Version("0.16.0"):
         raise Refused(f"Extra inputs are not permitted: {sorted(unknown)}")
@@ -63,6 +65,20 @@ def vllm(arg: str, version: str, batch_size: int) -> tuple[str, int]:
         if lo <= batch_size:
             k = depth
     return method, min(k, k_max)
+
+
+def vllm_draft_sampling(arg: str, version: str) -> str | None:
+    """How vLLM draws drafts at temperature > 0 under this config: "greedy" (argmax, verified with
+    q one-hot), "probabilistic" (sampled from q), "gumbel" (0.21), or None before the setting existed."""
+    v = Version(version)
+    config = json.loads(shlex.split(arg)[1])
+    if v < Version("0.21.0"):
+        return None
+    chosen = config.get("draft_sample_method", "greedy")
+    allowed = ("greedy", "gumbel") if v < Version("0.22.0") else ("greedy", "probabilistic")
+    if chosen not in allowed:
+        raise Refused(f"draft_sample_method {chosen!r} not in {allowed}")
+    return chosen
 
 
 def sglang(flags: str, version: str, batch_size: int, *, files_root: Path | None = None,

@@ -336,3 +336,18 @@ def test_transformers_settings_make_hf_assisted_generation_draft_the_tuned_depth
         render("transformers", [(1, 4, 3)], model="/d", method="eagle3")
     with pytest.raises(UserError, match="batch-size-1 depth is 0"):
         render("transformers", [(1, 1, 0), (2, 8, 2)], model="/d", method="draft_model")
+
+
+def test_vllm_draws_drafts_as_the_stored_curve_did():
+    from pipeline.autotune import sampling_of
+
+    row = {"depth": 3, "schedule": None, "temperature": 0.7, "draft_sampling": "sampled"}
+    sampled = render("vllm", schedule_of(row), model="/d", method="eagle3", draft_sampling=sampling_of(row))
+    assert json.loads(shlex.split(sampled.text)[1])["draft_sample_method"] == "probabilistic"
+    greedy = {**row, "draft_sampling": "greedy"}
+    out = render("vllm", schedule_of(greedy), model="/d", method="eagle3", draft_sampling=sampling_of(greedy))
+    assert json.loads(shlex.split(out.text)[1])["draft_sample_method"] == "greedy"
+    decoding_greedily = {**row, "temperature": 0.0}  # at temperature 0 drafts are argmaxes whatever the rule
+    assert sampling_of(decoding_greedily) is None
+    old = render("vllm", schedule_of(row), model="/d", method="eagle3", version="0.20.0", draft_sampling="sampled")
+    assert "draft_sample_method" not in old.text and "the curve assumed drafts drawn from the drafter's q" in old.notes[0]

@@ -130,3 +130,27 @@ def test_what_a_release_cannot_serve_is_an_error_naming_the_option():
         emit("sglang", CONSTANT, model="/d", method="eagle3", version="latest")
     with pytest.raises(EngineVersionError, match="batch-size-1 depth is 0"):
         emit("trtllm", [(1, 1, 0), (2, 64, 2)], model="/d", method="eagle3", version="1.1.0")
+
+
+@pytest.mark.parametrize("version", RELEASES["vllm"])
+@pytest.mark.parametrize("rule", ["sampled", "greedy"])
+def test_vllm_draws_drafts_as_the_curve_assumed(version, rule):
+    """At temperature > 0 the config makes vLLM draw drafts the way the curve did, or says it cannot."""
+    emitted = emit("vllm", CONSTANT, model="/d", method="eagle3", version=version, draft_sampling=rule)
+    runs = engine.vllm_draft_sampling(emitted.text, version)  # None: the release has no such setting
+    want = {"sampled": "probabilistic", "greedy": "greedy"}[rule]
+    noted = any("the curve assumed drafts" in n for n in emitted.notes)
+    assert noted == (runs != want), (runs, emitted.notes)
+    if V(version) >= V("0.22.0") or (rule == "greedy" and V(version) >= V("0.21.0")):
+        assert runs == want
+    assert engine.vllm(emitted.text, version, 1) == ("eagle3", 3)  # and the engine starts with it
+    greedy_decoding = emit("vllm", CONSTANT, model="/d", method="eagle3", version=version)
+    assert "draft_sample_method" not in greedy_decoding.text  # temperature 0: nothing to set, nothing to note
+    assert not any("the curve assumed" in n for n in greedy_decoding.notes)
+
+
+@pytest.mark.parametrize("engine_name", ["sglang", "trtllm"])
+def test_engines_without_the_setting_say_so(engine_name):
+    emitted = emit(engine_name, CONSTANT, model="/d", method="eagle3", draft_sampling="greedy")
+    assert any("does not set how the engine draws them" in n for n in emitted.notes)
+    assert not any("draws them" in n for n in emit(engine_name, CONSTANT, model="/d", method="eagle3").notes)

@@ -47,6 +47,7 @@ def test_graph_shape_and_order():
     select = next(j for j in plan.jobs if j.kind == "select_depth")
     dep_kinds = {plan.by_hash()[h].kind for _, h in select.deps}
     assert dep_kinds == {"measure_curve", "profile_cost"}
+    assert select.config.draft_sampling == "sampled"  # the evaluation's drafting rule travels with the choice
 
 
 def test_hashes_are_stable():

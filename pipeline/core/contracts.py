@@ -7,7 +7,7 @@ Which config and result belong to which kind is declared once, in `pipeline/core
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -100,6 +100,7 @@ class SelectDepthConfig(JobConfig):
     drafter: str
     cost_ratio: float | None  # the spec's override of the timed engine iterations
     max_batch_size: int
+    draft_sampling: Literal["sampled", "greedy"] = "sampled"  # how the curve drew drafts at T > 0
 
 
 class MeasureSpeedupConfig(JobConfig):
@@ -173,6 +174,7 @@ class Selected(Contract):
     pass_cost: tuple[float, ...] | None = None  # the timed cost model the choice used, if any
     batch_depths: dict[int, int] | None = None
     schedule: tuple[tuple[int, int, int], ...] | None = None  # inclusive [lo, hi, k] ranges
+    draft_sampling: Literal["sampled", "greedy"] = "sampled"  # at T > 0, the drafting rule the curve assumed
 
 
 class HFRun(Contract):

@@ -30,4 +30,4 @@ def run(config: SelectDepthConfig, inputs: dict, *, num_gpus: float, progress) -
         schedule = tuple(schedule_from_choices(batch_depths, max(config.max_batch_size, max(batch_depths))))
     return Selected(choice=choice, hardware=cost.hardware, condition=curve.condition,
                     temperature=curve.temperature, pass_cost=pass_cost, batch_depths=batch_depths,
-                    schedule=schedule)
+                    schedule=schedule, draft_sampling=config.draft_sampling)

@@ -29,7 +29,7 @@ import shlex
 from packaging.version import Version
 
 from pipeline.core.schedule import Range
-from pipeline.engines.common import Emitted, at_least, batch1, constant
+from pipeline.engines.common import Emitted, at_least, batch1, constant, unset_sampling
 
 NAME = "sglang"
 OLDEST, NEWEST = "0.5.5", "0.5.23"
@@ -43,7 +43,8 @@ def default_capture_sizes(largest: int = 512) -> list[int]:
     return [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, largest + 1, 16)]
 
 
-def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str) -> Emitted:
+def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str,
+         draft_sampling: str | None = None) -> Emitted:
     """Flags, and with a depth per batch size the adaptive file they name in `config_dir`."""
     algorithm = "EAGLE3" if method == "eagle3" else "STANDALONE"
     notes: tuple[str, ...] = ()
@@ -67,6 +68,7 @@ def emit(schedule: list[Range], *, model: str, method: str, version: Version, co
             ends = ", ".join(str(hi) for _, hi, _ in schedule[:-1])
             notes += (f"sglang: pass no --cuda-graph-bs-decode, or one that lists {ends}: the server pads a batch to "
                       "that list before it picks the depth",)
+    notes += unset_sampling(NAME, draft_sampling)
     return Emitted(text=" ".join(shlex.quote(f) for f in flags), files=files, notes=notes)
 
 

@@ -13,14 +13,15 @@ import json
 from packaging.version import Version
 
 from pipeline.core.schedule import Range
-from pipeline.engines.common import Emitted, EngineVersionError, batch1, constant
+from pipeline.engines.common import Emitted, EngineVersionError, batch1, constant, unset_sampling
 
 NAME = "transformers"
 OLDEST, NEWEST = "4.48.0", "5.24.0"  # the oldest this project installs with; the newest it was run with
 DEFAULT_VERSION = NEWEST
 
 
-def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str) -> Emitted:
+def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str,
+         draft_sampling: str | None = None) -> Emitted:
     """(`config_dir`: where files would go; this engine's config is all in its text.)"""
     if method != "draft_model":
         raise EngineVersionError(f"transformers: HF assisted generation drafts with a standalone draft model; "
@@ -33,4 +34,6 @@ def emit(schedule: list[Range], *, model: str, method: str, version: Version, co
               "assistant_generation_config": {"num_assistant_tokens": schedule[0][2],
                                               "num_assistant_tokens_schedule": "constant",
                                               "assistant_confidence_threshold": 0.0}}
+    if draft_sampling == "greedy":  # HF samples the assistant's candidates and verifies them with q
+        notes += unset_sampling(NAME, draft_sampling)
     return Emitted(text=json.dumps(config, indent=1), notes=notes)

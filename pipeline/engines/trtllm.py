@@ -21,7 +21,7 @@ import yaml
 from packaging.version import Version
 
 from pipeline.core.schedule import Range
-from pipeline.engines.common import Emitted, at_least, batch1, constant
+from pipeline.engines.common import Emitted, at_least, batch1, constant, unset_sampling
 
 NAME = "trtllm"
 OLDEST, NEWEST = "1.0.0", "1.4.0rc1"
@@ -31,7 +31,8 @@ SCHEDULE_LOWER_BOUNDS = "1.2.0"
 SCHEDULE_UPPER_BOUNDS = "1.3.0rc8"
 
 
-def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str) -> Emitted:
+def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str,
+         draft_sampling: str | None = None) -> Emitted:
     """(`config_dir`: where files would go; this engine's config is all in its text.)"""
     new = at_least(version, EAGLE3_TYPE)
     decoding_type = "Draft_Target" if method == "draft_model" else ("Eagle3" if new else "Eagle")
@@ -59,4 +60,5 @@ def emit(schedule: list[Range], *, model: str, method: str, version: Version, co
                           "largest key); raise cost.max_batch_size to choose for them",)
         else:
             spec["draft_len_schedule"] = {lo: k for lo, _, k in schedule}
+    notes += unset_sampling(NAME, draft_sampling)
     return Emitted(text=yaml.safe_dump({"speculative_config": spec}, sort_keys=False), notes=notes)

@@ -7,6 +7,9 @@ released wheels 0.10.2 to 0.33.0:
   default from 0.17. In every release a draft model whose path contains "eagle3" or "eagle-"
   is switched to EAGLE, whatever `method` says.
 - From 0.16.0 the config forbids unknown keys (refused at start-up); before, they are dropped.
+- `draft_sample_method` (how drafts are drawn at temperature > 0) from 0.21.0: `greedy` or
+  `gumbel` in 0.21, `greedy` (the default: argmax, verified with q one-hot) or `probabilistic`
+  (sampled from q, verified with q) from 0.22.
 - `num_speculative_tokens_per_batch_size` from 0.24.0 (PR #32374): a list of inclusive
   [lo, hi, K] ranges, the first starting at 1, none overlapping; a gap or a batch size past
   the last range keeps the previous range's K; K is capped at `num_speculative_tokens`.
@@ -19,17 +22,19 @@ import shlex
 from packaging.version import Version
 
 from pipeline.core.schedule import Range
-from pipeline.engines.common import Emitted, EngineVersionError, at_least, batch1, constant
+from pipeline.engines.common import Emitted, EngineVersionError, at_least, batch1, constant, unset_sampling
 
 NAME = "vllm"
 OLDEST, NEWEST = "0.10.2", "0.33.0"
 DEFAULT_VERSION = NEWEST
 PER_BATCH_SIZE = "0.24.0"
 DRAFT_MODEL = "0.15.0"
+DRAFT_SAMPLE_METHOD = "0.22.0"  # greedy | probabilistic (0.21.0: greedy | gumbel)
 RENAMED_AS_EAGLE = ("eagle3", "eagle-")  # path fragments vLLM takes as "this is an EAGLE head"
 
 
-def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str) -> Emitted:
+def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str,
+         draft_sampling: str | None = None) -> Emitted:
     """(`config_dir`: where files would go; this engine's config is all in its text.)"""
     if method == "draft_model":
         if not at_least(version, DRAFT_MODEL):
@@ -46,5 +51,12 @@ def emit(schedule: list[Range], *, model: str, method: str, version: Version, co
     config = {"method": method, "model": model, "num_speculative_tokens": max(k for _, _, k in schedule)}
     if not constant(schedule):
         config["num_speculative_tokens_per_batch_size"] = [list(r) for r in schedule]
+    if draft_sampling is not None:
+        if at_least(version, DRAFT_SAMPLE_METHOD):
+            config["draft_sample_method"] = "probabilistic" if draft_sampling == "sampled" else "greedy"
+        elif draft_sampling == "greedy" and at_least(version, "0.21.0"):
+            config["draft_sample_method"] = "greedy"
+        else:
+            notes += unset_sampling(f"vllm {version}", draft_sampling)
     return Emitted(text="--speculative-config " + shlex.quote(json.dumps(config, separators=(",", ":"))),
                    notes=notes)
