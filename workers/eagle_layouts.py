@@ -192,7 +192,8 @@ def _drafter_config(config: dict, target_layers: int, vocab_size: int, weights: 
         hidden_size=hidden, heads=heads, intermediate_size=int(layer["intermediate_size"]), vocab_size=vocab,
         capture_layers=captured(config, target_layers),
         norm="post" if layout == "speculators" and config.get("norm_output") else "pre",
-        fc_norm=bool(config.get("fc_norm")) or "fc_norm.0.weight" in weights, draft_vocab=None if draft_vocab == vocab else draft_vocab,
+        fc_norm=bool(config.get("fc_norm")) or "fc_norm.0.weight" in weights,
+        draft_vocab=None if draft_vocab == vocab else draft_vocab,
         rope_theta=theta, rope_scaling=scaling, rms_eps=float(layer.get("rms_norm_eps") or 1e-6),
         kv_heads=None if kv_heads == heads else kv_heads, head_dim=None if head_dim == hidden // heads else head_dim,
     )

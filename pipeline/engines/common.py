@@ -38,7 +38,8 @@ def unset_sampling(engine: str, draft_sampling: str | None) -> tuple[str, ...]:
     """The note for an engine whose drafting rule at temperature > 0 specfleet does not set."""
     if draft_sampling is None:
         return ()
-    rule = "drawn from the drafter's q" if draft_sampling == "sampled" else "taken as the drafter's argmax and verified one-hot"
+    rule = ("drawn from the drafter's q" if draft_sampling == "sampled"
+            else "taken as the drafter's argmax and verified one-hot")
     return (f"{engine}: the curve assumed drafts {rule} at temperature > 0; this config does not set how the "
             "engine draws them, so its acceptance may differ",)
 
