@@ -11,10 +11,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from pipeline import engines
-from pipeline.core.contracts import Trained
 from pipeline.core.files import write_file
 from pipeline.core.schedule import check_schedule
 from pipeline.core.sources import looks_like_path
@@ -78,9 +75,7 @@ def drafter_path(store, row: dict, workdir: Path, given: str | None, method: str
     machine's file system (a hub id is the engine's to fetch); its method is --method, else the
     recorded family's, else read from the folder. Without a path, the family's export of the
     trained checkpoint (written once under workdir/exports), and --method must agree with it."""
-    if method is not None and method not in METHODS:
-        raise UserError(f"--method: {method!r} is not a method specfleet's drafters are served as; "
-                        f"use one of {', '.join(METHODS)}")
+    _check_method(method)
     trained = _trained(store, row)
     if given:
         if looks_like_path(given) and not Path(given).expanduser().exists():
@@ -128,9 +123,7 @@ def check_options(engine: str, version: str | None, method: str | None, export_f
         raise UserError(f"--export-format: {export_format!r}; use one of {', '.join(EXPORT_FORMATS)}")
     if export_format == "speculators" and engine != "vllm":
         raise UserError(f"--export-format: {engine} does not read the speculators format; use eagle3")
-    if method is not None and method not in METHODS:
-        raise UserError(f"--method: {method!r} is not a method specfleet's drafters are served as; "
-                        f"use one of {', '.join(METHODS)}")
+    _check_method(method)
     try:
         engines.check_version(engine, version)
         if method is not None:  # what the release refuses for this method, whatever the depth
@@ -139,16 +132,18 @@ def check_options(engine: str, version: str | None, method: str | None, export_f
         raise UserError(f"{exc.option}: {exc}") from None
 
 
+def _check_method(method: str | None) -> None:
+    if method is not None and method not in METHODS:
+        raise UserError(f"--method: {method!r} is not a method specfleet's drafters are served as; "
+                        f"use one of {', '.join(METHODS)}")
+
+
 def _trained(store, row: dict):
     """The row's recorded drafter training result, even when its checkpoint is not on this machine."""
+    from pipeline.record import finished
+
     job = row.get("drafter_job_hash")
-    stored = store.finished_result(job) if job else None
-    if stored is None:
-        return None
-    try:
-        return Trained.model_validate(stored)
-    except ValidationError:
-        return None
+    return finished(store, "train_drafter", job, files_here=False) if job else None
 
 
 def _family(trained):
@@ -161,12 +156,13 @@ def _family(trained):
 
 
 def _method_of(trained, given: str) -> str:
-    """The method a named drafter is served as: its recorded family's, else what its config says."""
-    if trained is not None and trained.family is not None:
-        try:
-            return _family(trained).method
-        except UserError:
-            pass  # a family this release does not know: read the named folder instead
+    """The method a named drafter is served as: its recorded family's when this release knows
+    it, else what the folder's config says."""
+    from workers.family import FAMILIES
+
+    family = FAMILIES.get(trained.family) if trained is not None and trained.family is not None else None
+    if family is not None:
+        return family.method
     config = Path(given).expanduser() / "config.json"
     if not config.is_file():
         raise UserError(f"--method: cannot tell what {given} is (no recorded drafter, no local config.json); "
@@ -256,11 +252,11 @@ def _batch_schedule(store, offline: dict, curve, depth: int) -> tuple[list | Non
     acceptance and the batch-size costs the offline choice was profiled with, over the batch
     sizes the offline schedule covered. Batch size 1 keeps the production choice."""
     from pipeline.core.choice import depth_per_batch
-    from pipeline.core.contracts import Profiled
     from pipeline.core.schedule import schedule_from_choices
+    from pipeline.record import finished
 
-    stored = store.finished_result(offline["cost_job_hash"]) if offline.get("cost_job_hash") else None
-    cost = Profiled.model_validate(stored).cost if stored else None
+    profiled = finished(store, "profile_cost", offline["cost_job_hash"]) if offline.get("cost_job_hash") else None
+    cost = profiled.cost if profiled is not None else None
     if cost is None or not cost.draft_ms_by_batch:
         note = "one depth for every batch size (the offline choice profiled no batch sizes)"
         if offline.get("schedule"):

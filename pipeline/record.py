@@ -39,9 +39,10 @@ class Recording:
     jobs: dict[str, Job]  # the plan's jobs by hash, for provenance
 
 
-def finished(store, job_kind_name: str, job_hash: str):
+def finished(store, job_kind_name: str, job_hash: str, *, files_here: bool = True):
     """The typed result of a finished job, or None: not finished, stored by an older release in
-    another shape, or a checkpoint the work directory no longer has. Each means: run it again."""
+    another shape, or (with `files_here`) a checkpoint the work directory no longer has. Each
+    means: run it again. Without `files_here` a result is returned wherever its files are."""
     stored = store.finished_result(job_hash)
     if stored is None:
         return None
@@ -49,7 +50,8 @@ def finished(store, job_kind_name: str, job_hash: str):
         result = job_kind(job_kind_name).result.model_validate(stored)
     except ValidationError:
         return None
-    if isinstance(result, Stored) and not (result.checkpoint_dir and Path(result.checkpoint_dir).is_dir()):
+    if files_here and isinstance(result, Stored) and not (result.checkpoint_dir
+                                                          and Path(result.checkpoint_dir).is_dir()):
         return None  # the work directory lost it: the job has to run again
     return result
 

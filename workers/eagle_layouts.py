@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -185,7 +186,7 @@ def _drafter_config(config: dict, target_layers: int, vocab_size: int, weights: 
     kv_heads = int(layer.get("num_key_value_heads") or heads)
     head_dim = int(layer.get("head_dim") or hidden // heads)
     try:
-        theta, scaling = rope_settings(_Fields(layer))
+        theta, scaling = rope_settings(SimpleNamespace(**layer))
     except ValueError as exc:
         raise CheckpointError(f"config.json: {str(exc).removeprefix('target: ')}") from None
     return DrafterConfig(
@@ -197,13 +198,6 @@ def _drafter_config(config: dict, target_layers: int, vocab_size: int, weights: 
         rope_theta=theta, rope_scaling=scaling, rms_eps=float(layer.get("rms_norm_eps") or 1e-6),
         kv_heads=None if kv_heads == heads else kv_heads, head_dim=None if head_dim == hidden // heads else head_dim,
     )
-
-
-class _Fields:
-    """A config dict read as attributes, as rope_settings reads a transformers config."""
-
-    def __init__(self, fields: dict):
-        self.__dict__.update(fields)
 
 
 def our_names(state: dict[str, torch.Tensor], layout: str) -> dict[str, torch.Tensor]:

@@ -103,11 +103,11 @@ def _measure(target, chains, prompts, evaluation, condition, temp, gen):
     per_prompt = []  # [chains, sum of survival[1..K]] per prompt: what a bootstrap over prompts resamples
     walks = []  # per prompt, [tokens, passes] of decoding at k = 0..K over its chain starts (decode_walk)
     walk_gen = torch.Generator().manual_seed(int(torch.randint(2**31, (), generator=gen))) if temp > 0 else None
+    draft_temp = drafting_temperature(temp, evaluation.draft_sampling)
     for prompt in prompts:
         p_len = prompt.numel()
         seq = continue_text(target, prompt[None].to(device), n_cont + depth, temp, gen)  # [1, P + G + K]
         starts = list(range(p_len - 1, p_len - 1 + n_cont))  # chain c starts after target token c+1
-        draft_temp = drafting_temperature(temp, evaluation.draft_sampling)
         chain_drafts, q_logits = chains.draft(seq, starts, draft_temp, gen, noise)  # [N, K], [N, K, V]
         p_logits = verify_chains(target, seq, starts, chain_drafts)  # [N, K, V]
         if temp == 0:
