@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from db.tables import (
     JOB_STATUSES,
+    CategoryDepth,
     CurvePoint,
     Diagnostic,
     Experiment,
@@ -53,6 +54,7 @@ def _values_of(model: type) -> tuple[str, ...]:
 # The keys of each curve point, diagnostic and speedup point the store is given; a row read
 # back adds "job_hash".
 CURVE_KEYS = _values_of(CurvePoint)
+CATEGORY_DEPTH_KEYS = _values_of(CategoryDepth)
 DIAGNOSTIC_KEYS = _values_of(Diagnostic)
 SPEEDUP_KEYS = _values_of(SpeedupPoint)
 
@@ -115,16 +117,17 @@ def _measured_rows(
     target: str | None,
     drafter: str | None,
     condition: str | None = None,
+    where: tuple = (),
 ) -> list[dict]:
     """Rows of a table of measured values (MeasuredAt) for a pairing, as dicts of ``keys`` plus
-    the job's hash, sorted by the columns named in ``order``."""
+    the job's hash, sorted by the columns named in ``order``; ``where``: further conditions."""
     statement = _pairing_filter(
         select(model, Job.job_hash).join(Job, Job.id == model.job_id),
         model,
         target,
         drafter,
         condition,
-    ).order_by(*(getattr(model, column) for column in order))
+    ).where(*where).order_by(*(getattr(model, column) for column in order))
     return [
         {**{key: getattr(row, key) for key in keys}, "job_hash": job_hash}
         for row, job_hash in session.execute(statement)
@@ -132,12 +135,24 @@ def _measured_rows(
 
 
 def curve_points(
-    session: Session, *, target: str | None, drafter: str | None, condition: str | None
+    session: Session, *, target: str | None, drafter: str | None, condition: str | None, category: str | None
 ) -> list[dict]:
-    """Sorted by target, drafter, condition, temperature, job, depth."""
-    order = ("target", "drafter", "condition", "temperature", "job_id", "depth")
+    """Sorted by target, drafter, condition, temperature, job, category, depth; ``category`` ""
+    keeps the curves over every prompt, None every curve."""
+    order = ("target", "drafter", "condition", "temperature", "job_id", "category", "depth")
+    where = () if category is None else (CurvePoint.category == category,)
     return _measured_rows(session, CurvePoint, CURVE_KEYS, order,
-                          target=target, drafter=drafter, condition=condition)
+                          target=target, drafter=drafter, condition=condition, where=where)
+
+
+def category_depths(session: Session, job_ids: list[int]) -> dict[int, list[dict]]:
+    """The per-category depths of these select jobs, by job id, categories sorted."""
+    statement = select(CategoryDepth).where(CategoryDepth.job_id.in_(job_ids)).order_by(
+        CategoryDepth.job_id, CategoryDepth.category)
+    out: dict[int, list[dict]] = {}
+    for row in session.scalars(statement):
+        out.setdefault(row.job_id, []).append({key: getattr(row, key) for key in CATEGORY_DEPTH_KEYS})
+    return out
 
 
 def diagnostic_values(

@@ -20,9 +20,19 @@ def curve_points(target: str, drafter: str, curve) -> list[dict]:
         {"target": target, "drafter": drafter, "condition": curve.condition, "temperature": curve.temperature,
          "depth": depth, "cond_accept": curve.cond_accept[depth - 1], "survival": curve.survival[depth - 1],
          "accept_len": curve.accept_len[depth],
-         "decode_accept_len": curve.decode_accept_len[depth] if curve.decode_accept_len else None}
+         "decode_accept_len": curve.decode_accept_len[depth] if curve.decode_accept_len else None,
+         "category": curve.category}
         for depth in range(1, curve.max_depth + 1)
     ]
+
+
+def category_depth_rows(target: str, drafter: str, selected) -> list[dict]:
+    """One row per prompt category of a select job's result (its `by_category` choices)."""
+    return [{"target": target, "drafter": drafter, "condition": selected.condition,
+             "temperature": selected.temperature, "category": c.category, "prompts": c.prompts,
+             "depth": c.choice.depth, "accept_len": c.choice.accept_len,
+             "decode_accept_len": c.choice.decode_accept_len, "speedup": c.choice.speedup}
+            for c in selected.by_category]
 
 
 def diagnostic_rows(target: str, drafter: str, diagnostics: Iterable) -> list[dict]:

@@ -151,6 +151,7 @@ class Store:
         diagnostics: Sequence[dict] | None = None,
         speedup_checks: Sequence[dict] | None = None,
         tuned: dict | None = None,
+        category_depths: Sequence[dict] | None = None,
     ) -> None:
         """Store a job's result, its measured rows and its tuned config in one transaction.
 
@@ -158,7 +159,8 @@ class Store:
         naming its own condition and temperature. ``diagnostics`` holds dicts with exactly
         DIAGNOSTIC_KEYS (depth 0 for a value of the whole curve). ``speedup_checks`` holds
         dicts with exactly SPEEDUP_KEYS, one per (condition, temperature, depth), depth 0 being
-        plain decoding; tokens_per_s must be > 0. Each of the three, when given (even empty),
+        plain decoding; tokens_per_s must be > 0. ``category_depths`` holds dicts with exactly
+        CATEGORY_DEPTH_KEYS, one per prompt category. Each of these, when given (even empty),
         replaces all the rows of that kind the job stored before; None leaves them.
         A tuned config needs TUNED_KEYS and may add TUNED_OPTIONAL_KEYS (``schedule`` as
         [[lo, hi, k], ...], and the curve, cost and drafter job hashes it came from). It becomes
@@ -179,6 +181,8 @@ class Store:
                 writes.replace_speedup_checks(session, job, speedup_checks)
             if tuned is not None:
                 writes.add_offline_version(session, job, tuned)
+            if category_depths is not None:
+                writes.replace_category_depths(session, job, category_depths)
 
     def add_production_config(
         self,
@@ -234,12 +238,21 @@ class Store:
         target: str | None = None,
         drafter: str | None = None,
         condition: str | None = None,
+        category: str | None = "",
     ) -> list[dict]:
-        """One dict per stored depth, sorted by target, drafter, condition, temperature, depth."""
+        """One dict per stored depth, sorted by target, drafter, condition, temperature, depth.
+        By default the curves over every prompt; ``category`` one prompt category's, None all."""
         with self._sessions() as session:
             return queries.curve_points(
-                session, target=target, drafter=drafter, condition=condition
+                session, target=target, drafter=drafter, condition=condition, category=category
             )
+
+    def category_depths(self, job_hashes: Sequence[str]) -> dict[str, list[dict]]:
+        """The depth chosen per prompt category by each of these select jobs, by job hash."""
+        with self._sessions() as session:
+            ids = dict(session.execute(select(Job.id, Job.job_hash).where(Job.job_hash.in_(list(job_hashes)))).all())
+            found = queries.category_depths(session, list(ids))
+        return {ids[job_id]: rows for job_id, rows in found.items()}
 
     def diagnostic_rows(
         self,

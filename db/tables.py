@@ -155,7 +155,7 @@ class CurvePoint(MeasuredAt, Base):
 
     __tablename__ = "curves"
     __table_args__ = (
-        UniqueConstraint("job_id", "condition", "temperature", "depth"),
+        UniqueConstraint("job_id", "condition", "temperature", "category", "depth"),
         CheckConstraint("depth >= 1", name="depth"),
         Index(None, "target", "drafter"),
     )
@@ -166,6 +166,8 @@ class CurvePoint(MeasuredAt, Base):
     # a decoder's tokens per target pass at this depth (what the depth choice maximises);
     # None for curves measured before it was
     decode_accept_len: Mapped[float | None] = mapped_column(Float)
+    # the prompts' category, from a prompts file that labels them; "" for every prompt together
+    category: Mapped[str] = mapped_column(String(NAME_LEN), default="", server_default="")
 
 
 class Diagnostic(MeasuredAt, Base):
@@ -207,6 +209,25 @@ class SpeedupPoint(MeasuredAt, Base):
     measured_speedup: Mapped[float] = mapped_column(Float)
     predicted_speedup: Mapped[float] = mapped_column(Float)
     engine_accept_len: Mapped[float] = mapped_column(Float)  # tokens per target pass the engine emitted
+
+
+class CategoryDepth(MeasuredAt, Base):
+    """The depth a select job chose for one prompt category of its primary curve, at batch size 1,
+    costed as the pairing's own choice (the tuned config the same job wrote)."""
+
+    __tablename__ = "category_depths"
+    __table_args__ = (
+        UniqueConstraint("job_id", "category"),
+        CheckConstraint("depth >= 0", name="depth"),
+        CheckConstraint("prompts >= 1", name="prompts"),
+        Index(None, "target", "drafter"),
+    )
+
+    category: Mapped[str] = mapped_column(String(NAME_LEN))
+    prompts: Mapped[int] = mapped_column(Integer)
+    accept_len: Mapped[float] = mapped_column(Float)
+    decode_accept_len: Mapped[float | None] = mapped_column(Float)
+    speedup: Mapped[float] = mapped_column(Float)
 
 
 class TunedConfig(Base):

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from db.errors import StoreError
 from db.rows import curve_points
 from db.queries import (
+    CATEGORY_DEPTH_KEYS,
     CURVE_KEYS,
     DIAGNOSTIC_KEYS,
     SPEEDUP_KEYS,
@@ -32,6 +33,7 @@ from db.tables import (
     HASH_LEN,
     NAME_LEN,
     TAG_LEN,
+    CategoryDepth,
     CurvePoint,
     Diagnostic,
     Job,
@@ -45,6 +47,9 @@ if TYPE_CHECKING:  # only read through attributes, so db does not import pipelin
 # The longest string each text column of a curve point takes, and its number columns.
 _CURVE_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN}
 _CURVE_NUMBERS = ("temperature", "cond_accept", "survival", "accept_len")
+# The same for a per-category depth.
+_CATEGORY_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN, "category": NAME_LEN}
+_CATEGORY_NUMBERS = ("temperature", "accept_len", "speedup")
 # The same for a diagnostic.
 _DIAGNOSTIC_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN, "name": TAG_LEN}
 _DIAGNOSTIC_NUMBERS = ("value", "temperature")
@@ -95,7 +100,11 @@ def replace_curves(
 def _curve_rows(job_id: int, target: str, drafter: str, curve: Curve) -> list[CurvePoint]:
     depths = curve.max_depth
     walked = len(curve.decode_accept_len)
-    where = f"curve {target}/{drafter} ({curve.condition}, T={curve.temperature})"
+    where = f"curve {target}/{drafter} ({curve.condition}, T={curve.temperature}" + \
+        (f", category {curve.category!r})" if getattr(curve, "category", "") else ")")
+    category = getattr(curve, "category", "")
+    if not isinstance(category, str) or len(category) > NAME_LEN:
+        raise StoreError(f"{where}: category must be a string of at most {NAME_LEN} characters, got {category!r}")
     if len(curve.cond_accept) != depths or len(curve.accept_len) != depths + 1 or walked not in (0, depths + 1):
         raise StoreError(
             f"{where}: need max_depth={depths} cond_accept and survival values and {depths + 1} accept_len "
@@ -107,6 +116,22 @@ def _curve_rows(job_id: int, target: str, drafter: str, curve: Curve) -> list[Cu
                                                  numbers=_CURVE_NUMBERS, optional=("decode_accept_len",)))
         for entry in curve_points(target, drafter, curve)
     ]
+
+
+def replace_category_depths(session: Session, job: Job, rows: Sequence[dict]) -> None:
+    """Replace the job's per-category depths; each entry needs exactly CATEGORY_DEPTH_KEYS."""
+    kept = []
+    for index, entry in enumerate(rows):
+        where = f"category_depths[{index}] of job {job.job_hash}"
+        values = _checked_row(entry, where, keys=CATEGORY_DEPTH_KEYS, text=_CATEGORY_TEXT, numbers=_CATEGORY_NUMBERS,
+                              optional=("decode_accept_len",))
+        prompts = entry["prompts"]
+        if not isinstance(prompts, Integral) or isinstance(prompts, bool) or prompts < 1:
+            raise StoreError(f"{where}: prompts must be an integer >= 1, got {prompts!r}")
+        kept.append(CategoryDepth(job_id=job.id, **values))
+    session.execute(delete(CategoryDepth).where(CategoryDepth.job_id == job.id))
+    session.add_all(kept)
+    session.flush()  # so a repeated category fails here
 
 
 def replace_diagnostics(session: Session, job: Job, diagnostics: Sequence[dict]) -> None:

@@ -170,6 +170,9 @@ def best(
     drafter: Annotated[Optional[str], typer.Option("--drafter", help="Only this drafter.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
     history: Annotated[bool, typer.Option("--history", help="Every version, not only the active one.")] = False,
+    by_category: Annotated[bool, typer.Option(
+        "--by-category", help="Also the depth each prompt category gets on its own (a prompts file with "
+                              "categories); a production version shows its workload's newest offline choice's.")] = False,
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
 ):
@@ -177,11 +180,32 @@ def best(
     store = _store(workdir, db)
     try:
         rows = store.best(target=target, drafter=drafter, history=history)
+        if by_category:
+            rows = _with_categories(store, rows)
     finally:
         store.close()
-    from pipeline.report import best_table
+    from pipeline.report import best_table, category_table
 
-    _show(rows, as_json, "no tuned configs yet: run `specfleet run SPEC` first", lambda: best_table(rows, versioned=True))
+    if by_category and not as_json and rows and not any(r["categories"] for r in rows):
+        err.print("no depths per category: the prompts had no categories (give evaluation.prompts a file whose "
+                  "records have a category field)")
+        raise typer.Exit(1)
+    table = (lambda: category_table(rows)) if by_category else (lambda: best_table(rows, versioned=True))
+    _show(rows, as_json, "no tuned configs yet: run `specfleet run SPEC` first", table)
+
+
+def _with_categories(store, rows: list[dict]) -> list[dict]:
+    """Each row with `categories`: the per-category depths of the select job behind it (for a
+    production version, of the newest offline version of its workload), [] when it has none."""
+    from db.queries import WORKLOAD_KEYS
+
+    offline: dict[tuple, str] = {}
+    for r in store.best(history=True):  # newest version first within a workload
+        if r["source"] == "offline" and r["job_hash"]:
+            offline.setdefault(tuple(r[k] for k in WORKLOAD_KEYS), r["job_hash"])
+    source = {i: r["job_hash"] or offline.get(tuple(r[k] for k in WORKLOAD_KEYS)) for i, r in enumerate(rows)}
+    found = store.category_depths([h for h in source.values() if h])
+    return [{**r, "categories": found.get(source[i], [])} for i, r in enumerate(rows)]
 
 
 def _show(rows: list[dict], as_json: bool, none_yet: str, table) -> None:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from db.rows import curve_rows, diagnostic_rows, speedup_rows, tuned_config
+from db.rows import category_depth_rows, curve_rows, diagnostic_rows, speedup_rows, tuned_config
+from pipeline.core.categories import category_curves
 from pipeline.core.contracts import Dataset, Measured, Profiled, Selected, Stored, Trained, Validated
 from pipeline.core.files import pack_dir, write_dir
 from pipeline.core.kinds import kind as job_kind
@@ -94,9 +95,9 @@ def _keep_files(job: Job, result: Stored, rec: Recording):
 def record_measured(job: Job, result: Measured, rec: Recording) -> None:
     """Curves with step = depth (the primary one also under the plain names), diagnostics, plots."""
     tracker, run_id, pair = rec.tracker, rec.run_id, _pair(job)
-    curves = result.curves
+    curves, by_category = result.curves, category_curves(result)
     log_curve(tracker, run_id, curves[0], "")
-    for curve in curves:
+    for curve in (*curves, *by_category):
         log_curve(tracker, run_id, curve, curve_suffix(curve))
     series: dict[str, list[tuple[int, float]]] = {}
     for d in result.diagnostics:
@@ -110,8 +111,13 @@ def record_measured(job: Job, result: Measured, rec: Recording) -> None:
             tracker.log_artifact(run_id, plot_comparison(labelled, Path(tmp) / "conditions.png", pair))
         if any(d.name in DRIFT_NAMES for d in result.diagnostics):
             tracker.log_artifact(run_id, plot_drift(result.diagnostics, Path(tmp) / "drift.png", pair))
+        primary = [c for c in by_category if (c.condition, c.temperature) == (curves[0].condition,
+                                                                               curves[0].temperature)]
+        if primary:
+            labelled = {"all prompts": curves[0], **{c.category: c for c in primary}}
+            tracker.log_artifact(run_id, plot_comparison(labelled, Path(tmp) / "categories.png", pair))
     rec.store.mark_done(job.hash, result=_stored_json(result),
-                        curves=curve_rows(job.target, job.drafter, curves),
+                        curves=curve_rows(job.target, job.drafter, (*curves, *by_category)),
                         diagnostics=diagnostic_rows(job.target, job.drafter, result.diagnostics))
 
 
@@ -134,6 +140,9 @@ def record_selected(job: Job, result: Selected, rec: Recording) -> None:
     if choice.accept_len_ci is not None:
         tracker.log_metrics(run_id, {"accept_len_lo": choice.accept_len_ci[0], "accept_len_hi": choice.accept_len_ci[1],
                                      "best_point_depth": choice.best_point})
+    for c in result.by_category:  # the depth each prompt category would get on its own
+        tracker.log_metrics(run_id, {f"depth/{_key_part(c.category)}": c.choice.depth,
+                                     f"best_speedup/{_key_part(c.category)}": c.choice.speedup})
     with tempfile.TemporaryDirectory() as tmp:
         tracker.log_artifact(run_id, plot_speedup(choice, Path(tmp) / "speedup.png", _pair(job)))
         if result.schedule is not None:  # the per-batch-size depths: [[lo, hi, k], ...], inclusive ranges
@@ -142,7 +151,8 @@ def record_selected(job: Job, result: Selected, rec: Recording) -> None:
             tracker.log_artifact(run_id, path)
     tuned = tuned_config(job.target, job.drafter, result, experiment_id=rec.experiment_id, spec_hash=rec.spec_hash,
                          code_version=rec.code_version, mlflow_run_id=run_id, **provenance(job, rec.jobs))
-    rec.store.mark_done(job.hash, result=_stored_json(result), tuned=tuned)
+    rec.store.mark_done(job.hash, result=_stored_json(result), tuned=tuned,
+                        category_depths=category_depth_rows(job.target, job.drafter, result))
 
 
 def record_validated(job: Job, result: Validated, rec: Recording) -> None:
@@ -159,14 +169,21 @@ def record_validated(job: Job, result: Validated, rec: Recording) -> None:
                         speedup_checks=speedup_rows(job.target, job.drafter, check))
 
 
+def _key_part(text: str) -> str:
+    """MLflow keys allow letters, digits, _ - . space : / only."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
+
+
 def metric_key(name: str, condition: str, temperature: float) -> str:
-    """'survival/template_bos/T0': MLflow keys allow letters, digits, _ - . space : / only."""
-    return f"{name}/{re.sub(r'[^A-Za-z0-9_.-]', '_', condition)}/T{temperature:g}"
+    """'survival/template_bos/T0'."""
+    return f"{name}/{_key_part(condition)}/T{temperature:g}"
 
 
 def curve_suffix(curve: Curve) -> str:
-    """What tells a curve's metrics apart from other conditions' in MLflow ('/template_bos/T0')."""
-    return metric_key("", curve.condition, curve.temperature)
+    """What tells a curve's metrics apart from other conditions' and categories' in MLflow
+    ('/template_bos/T0', or '/default/T0/math' for one prompt category)."""
+    suffix = metric_key("", curve.condition, curve.temperature)
+    return f"{suffix}/{_key_part(curve.category)}" if curve.category else suffix
 
 
 def log_curve(tracker: Tracker, run_id: str, curve: Curve, suffix: str) -> None:

@@ -100,6 +100,23 @@ def best_table(rows: list[dict], *, versioned: bool) -> Table:
     return table
 
 
+def category_table(rows: list[dict]) -> Table:
+    """Per pairing, the depth over every prompt (the tuned config) and the depth each prompt
+    category would get on its own; rows from `best` with their `categories`."""
+    table = Table(title="best depth per pairing and prompt category")
+    for col in ("target", "drafter", "hardware", "category", "prompts", "depth", "decode_accept_len", "speedup"):
+        table.add_column(col, justify="right" if col in ("prompts", "depth", "decode_accept_len", "speedup") else "left")
+    for r in rows:
+        tokens = r["decode_accept_len"] if r["decode_accept_len"] is not None else r["accept_len"]
+        table.add_row(r["target"], r["drafter"], r["hardware"], "all prompts", "", str(r["depth"]), f"{tokens:.3f}",
+                      f"{r['speedup']:.3f}x", end_section=not r["categories"])
+        for i, c in enumerate(r["categories"]):
+            tokens = c["decode_accept_len"] if c["decode_accept_len"] is not None else c["accept_len"]
+            table.add_row("", "", "", c["category"], str(c["prompts"]), str(c["depth"]), f"{tokens:.3f}",
+                          f"{c['speedup']:.3f}x", end_section=i == len(r["categories"]) - 1)
+    return table
+
+
 def speedup_table(checks: list[tuple]) -> Table:
     """Predicted vs measured speedup per depth; checks: (target, drafter, speedup_check result)."""
     table = Table(title="predicted vs measured speedup (real engine, batch size 1)")

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from pipeline.core.kinds import JOB_KINDS, KINDS
 from pipeline.core.settings import (
-    DRAFTER_KINDS, Cost, DrafterSpec, Evaluation, Pairing, Resources, Strict, Target, TrainingData, Validation,
+    DRAFTER_KINDS, Cost, DrafterSpec, Evaluation, Pairing, PromptsFile, Resources, Strict, Target, TrainingData, Validation,
 )
 from pipeline.errors import SpecError
 from pipeline.yaml_lines import duplicate_keys, line_of
@@ -43,6 +43,17 @@ class ExperimentSpec(Strict):
         if value != "all" and not value:
             raise ValueError("give 'all' or at least one {target, drafter} pair")
         return value
+
+    @model_validator(mode="after")
+    def _validation_prompts_fit(self):
+        prompts, validation = self.evaluation.prompts, self.validation
+        if prompts is not None and validation is not None and prompts.conversations is not None:
+            need = self.evaluation.num_prompts + validation.num_prompts
+            if prompts.conversations < need:
+                raise ValueError(f"evaluation.prompts: {prompts.path} holds {prompts.conversations} conversation(s); "
+                                 f"the curve's {self.evaluation.num_prompts} and validation's "
+                                 f"{validation.num_prompts} held-out prompts need {need}")
+        return self
 
     def resources_for(self, kind: str) -> Resources:
         return self.resources.get(kind, KINDS[kind].resources)
@@ -79,6 +90,10 @@ def cross_check(data: dict) -> list[tuple[tuple, str]]:
             if isinstance(p, dict) and key in p and p[key] not in names[field]:
                 have = sorted(n for n in names[field] if isinstance(n, str))
                 problems.append((("pairings", i, key), f"unknown {key} '{p[key]}' (have {have})"))
+    for section in ("evaluation", "training_data"):
+        given = data.get(section).get("prompts") if isinstance(data.get(section), dict) else None
+        for key in sorted(set(given) & set(PromptsFile.filled_in) if isinstance(given, dict) else ()):
+            problems.append(((section, "prompts", key), "specfleet fills this in when it reads the file; drop it"))
     evaluation = data.get("evaluation")
     conditions = evaluation.get("conditions") if isinstance(evaluation, dict) else None
     if data.get("validation") is not None and isinstance(conditions, list) and conditions \

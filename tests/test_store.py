@@ -29,7 +29,7 @@ PG_BASE_URL = normalize_url(
     os.environ.get("SPECFLEET_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 )
 TABLES = {"experiments", "jobs", "experiment_jobs", "curves", "diagnostics", "speedup_checks",
-          "tuned_configs"}
+          "tuned_configs", "category_depths"}
 VERSION_KEYS = {"version", "active", "source", "schedule", "curve_job_hash", "cost_job_hash",
                 "drafter_job_hash", "notes", "job_hash", "decode_accept_len", "cost_model", "pass_cost", "draft_sampling"}
 BEST_KEYS = set(TUNED_KEYS) - {"experiment_id"} | {"created_at"} | VERSION_KEYS

@@ -13,6 +13,7 @@ import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
 
+from pipeline.core.conversations import Conversation, Message
 from workers.corpus import MAX_CHARS, cap, check_split, is_heldout, raw_documents
 
 SYSTEM, USER, ASSISTANT, END = "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"
@@ -30,6 +31,11 @@ class Sample:
     system: str
     question: str
     answer: str
+
+    def conversation(self) -> Conversation:
+        """The sample as a conversation: system, user and assistant turns."""
+        return Conversation((Message("system", self.system), Message("user", self.question),
+                             Message("assistant", self.answer)))
 
 
 def _system_for(key: str) -> str:
@@ -64,13 +70,24 @@ def topic_samples(topics: dict[str, str]) -> list[tuple[str, Sample]]:
             for key, text in sorted(topics.items())]
 
 
-def render(sample: Sample, *, template: bool = True, answer: bool = True) -> str:
-    """The sample's text (BOS is added by the tokeniser step, or left out for no-BOS prompts)."""
+TAGS = {"system": SYSTEM, "user": USER, "assistant": ASSISTANT}
+
+
+def render_turns(messages, *, template: bool = True, generation_prompt: bool = False) -> str:
+    """Turns as specfleet's template writes them: `<|role|>text<|end|>` joined by newlines, then
+    `<|assistant|>` when the assistant's turn is to follow. Without the template only the user and
+    assistant texts remain, one per line. BOS is added by the tokeniser step, or left out."""
     if template:
-        head = f"{SYSTEM}{sample.system}{END}\n{USER}{sample.question}{END}\n{ASSISTANT}"
-        return head + (f"{sample.answer}{END}" if answer else "")
-    head = f"{sample.question}\n"
-    return head + (sample.answer if answer else "")
+        text = "\n".join(f"{TAGS[m.role]}{m.content}{END}" for m in messages)
+        return text + (f"\n{ASSISTANT}" if generation_prompt else "")
+    text = "\n".join(m.content for m in messages if m.role != "system")
+    return text + ("\n" if generation_prompt else "")
+
+
+def render(sample: Sample, *, template: bool = True, answer: bool = True) -> str:
+    """The sample's text, to the end of its answer or to where the answer begins."""
+    messages = sample.conversation().messages
+    return render_turns(messages if answer else messages[:-1], template=template, generation_prompt=not answer)
 
 
 @lru_cache(maxsize=4)

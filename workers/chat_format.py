@@ -9,24 +9,31 @@ from __future__ import annotations
 
 import torch
 
-from workers.chat import Sample, render, samples
+from workers.chat import Sample, render_turns, samples
 
 
 def has_own_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def chat_ids(tokenizer, sample: Sample, *, template: bool, answer: bool) -> list[int]:
+def turns_ids(tokenizer, messages, *, template: bool, generation_prompt: bool) -> list[int]:
+    """Turns (pipeline.core.conversations.Message) as ids: with the template, the tokenizer's own
+    when it has one (which may add its default system turn), else specfleet's; without it, the
+    bare texts. `generation_prompt`: end where the assistant's next turn begins."""
     if template and has_own_template(tokenizer):
-        messages = [{"role": "system", "content": sample.system}, {"role": "user", "content": sample.question}]
-        if answer:
-            messages.append({"role": "assistant", "content": sample.answer})
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=not answer)
+        turns = [{"role": m.role, "content": m.content} for m in messages]
+        text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=generation_prompt)
         if tokenizer.bos_token and text.startswith(tokenizer.bos_token):
             text = text[len(tokenizer.bos_token):]
     else:
-        text = render(sample, template=template, answer=answer)
+        text = render_turns(messages, template=template, generation_prompt=generation_prompt)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def chat_ids(tokenizer, sample: Sample, *, template: bool, answer: bool) -> list[int]:
+    """A built-in sample's turns, to the end of its answer or to where the answer begins."""
+    messages = sample.conversation().messages
+    return turns_ids(tokenizer, messages if answer else messages[:-1], template=template, generation_prompt=not answer)
 
 
 def chat_stream(tokenizer, split: str, max_chars: int) -> torch.Tensor:

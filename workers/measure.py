@@ -86,7 +86,7 @@ def measure_curves(*, target, drafter, family, tokenizer, evaluation, seed: int)
         prompts = build_prompts(tokenizer, corpus=evaluation.corpus, condition=condition,
                                 num_prompts=evaluation.num_prompts, prompt_len=evaluation.prompt_len,
                                 long_context_len=evaluation.long_context_len, seed=seed,
-                                answer_prefix=evaluation.answer_prefix)
+                                answer_prefix=evaluation.answer_prefix, prompts_file=evaluation.prompts)
         for temp in evaluation.temperatures:
             gen = torch.Generator().manual_seed(seed)
             chains = family.chains(drafter, target, evaluation.max_depth)

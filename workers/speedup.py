@@ -39,7 +39,7 @@ def validation_prompts(tokenizer, evaluation, validation, seed: int) -> list[tor
     return build_prompts(tokenizer, corpus=evaluation.corpus, condition=evaluation.conditions[0],
                          num_prompts=seen + validation.num_prompts, prompt_len=evaluation.prompt_len,
                          long_context_len=evaluation.long_context_len, seed=seed,
-                         answer_prefix=evaluation.answer_prefix)[seen:]
+                         answer_prefix=evaluation.answer_prefix, prompts_file=evaluation.prompts)[seen:]
 
 
 def engine_speedups(*, target, proposer, tokenizer, evaluation, validation, seed: int) -> EngineBenchmark:

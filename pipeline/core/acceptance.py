@@ -85,7 +85,18 @@ def curve_from_sampled(ratios: Sequence[Sequence[float]], alphas: Sequence[Seque
     return _curve([s / n for s in sums], n, condition, temperature)
 
 
-def _curve(survival: list[float], n: int, condition: str, temperature: float) -> Curve:
+def curve_from_prompt_rows(rows: Sequence[Sequence[float]], *, condition: str, temperature: float,
+                           category: str = "") -> Curve:
+    """Pool per-prompt rows [chains, sum of survival[1], ..., sum of survival[K]] (what a measurement
+    keeps per prompt) into one curve: the same pooled curve as measuring those prompts alone."""
+    chains = sum(r[0] for r in rows)
+    if not rows or chains <= 0:
+        raise ValueError("no chains were measured")
+    survival = [sum(r[j] for r in rows) / chains for j in range(1, len(rows[0]))]
+    return _curve(survival, int(chains), condition, temperature, category)
+
+
+def _curve(survival: list[float], n: int, condition: str, temperature: float, category: str = "") -> Curve:
     return Curve(
         condition=condition,
         temperature=float(temperature),
@@ -93,6 +104,7 @@ def _curve(survival: list[float], n: int, condition: str, temperature: float) ->
         cond_accept=tuple(cond_from_survival(survival)),
         survival=tuple(survival),
         accept_len=tuple(accept_len_from_survival(survival)),
+        category=category,
     )
 
 

@@ -82,6 +82,7 @@ class MeasureCurveConfig(JobConfig):
     drafter: DrafterSpec
     evaluation: Evaluation
     device: str
+    unhashed: ClassVar[dict] = {"evaluation": {"prompts": {"path"}}}  # a prompts file counts by its digest
 
 
 class ProfileCostConfig(JobConfig):
@@ -111,6 +112,7 @@ class MeasureSpeedupConfig(JobConfig):
     device: str
     num_cpus: float  # compared with the costs timed by profile_cost: placed alike
     num_gpus: float
+    unhashed: ClassVar[dict] = {"evaluation": {"prompts": {"path"}}}
 
 
 # -- results --------------------------------------------------------------------------------------
@@ -158,10 +160,21 @@ class Measured(Contract):
     # aligned with curves: per prompt, [tokens, passes] of a decoder at k = 0..K
     walks: tuple[tuple[tuple[tuple[int, int], ...], ...], ...]
     diagnostics: tuple[DiagnosticValue, ...] = ()
+    # aligned with each curve's per_prompt and walks rows: each prompt's category (from a prompts
+    # file that has them), () otherwise; per-category curves are pooled from those rows
+    categories: tuple[str, ...] = ()
 
 
 class Profiled(Contract):
     cost: CostProfile
+
+
+class CategoryChoice(Contract):
+    """The depth chosen for one prompt category of the primary curve (pipeline/core/categories.py)."""
+
+    category: str
+    prompts: int
+    choice: DepthChoice
 
 
 class Selected(Contract):
@@ -175,6 +188,7 @@ class Selected(Contract):
     batch_depths: dict[int, int] | None = None
     schedule: tuple[tuple[int, int, int], ...] | None = None  # inclusive [lo, hi, k] ranges
     draft_sampling: Literal["sampled", "greedy"] = "sampled"  # at T > 0, the drafting rule the curve assumed
+    by_category: tuple[CategoryChoice, ...] = ()  # with a categorised prompts file: the batch-1 depth per category
 
 
 class HFRun(Contract):

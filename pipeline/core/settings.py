@@ -9,10 +9,11 @@ Unknown keys are refused everywhere.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from pipeline.core.conversations import PromptsError, file_digest, read_conversations
 from pipeline.core.sources import locate, looks_like_path
 
 DRAFTER_KINDS = ("eagle3", "standalone")
@@ -26,6 +27,40 @@ CHAT_ONLY = ("template+bos", "template_no_bos", "no_template", "no_template_no_b
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PromptsFile(Strict):
+    """A user's prompts file (JSONL, JSON or Parquet in ShareGPT, OpenAI or plain-prompt shape;
+    pipeline/core/conversations.py). Given as its path, or as {path, category}.
+
+    The file is read and checked when the spec is; `path` becomes absolute and `digest` (its
+    sha256) is filled in, so a job's hash follows the file's content, not its name, and a worker
+    that reads a different file under that path stops with an error. Every worker node must see
+    the file at that path (a shared filesystem), as with a model folder given by path."""
+
+    path: str = Field(min_length=1)
+    category: str | None = Field("category", min_length=1, description="the record field naming its category "
+                                                                      "(code, math, chat ...); null: none")
+    digest: str | None = Field(None, description="sha256 of the file, filled in when the spec is read")
+    conversations: int | None = Field(None, description="records in the file, filled in when the spec is read")
+    categories: tuple[str, ...] | None = Field(None, description="the categories found, filled in when read")
+    filled_in: ClassVar[tuple[str, ...]] = ("digest", "conversations", "categories")  # never written in a spec
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, value):
+        if isinstance(value, str):
+            value = {"path": value}
+        if not isinstance(value, dict) or value.get("digest") is not None or not isinstance(value.get("path"), str):
+            return value  # already read (a stored job config), or malformed: the field checks say why
+        path = Path(value["path"]).expanduser().resolve()
+        try:
+            found = read_conversations(path, value.get("category", "category"))
+        except PromptsError as exc:
+            raise ValueError(str(exc)) from None
+        cats = sorted({c.category for c in found if c.category is not None})
+        return {**value, "path": str(path), "digest": file_digest(path), "conversations": len(found),
+                "categories": tuple(cats) if cats else None}
 
 
 class TrainTarget(Strict):
@@ -249,7 +284,9 @@ class Evaluation(Strict):
     max_depth: int = Field(6, ge=1, le=32)
     temperatures: list[Annotated[float, Field(ge=0.0, le=2.0)]] = Field([0.0], min_length=1)
     num_prompts: int = Field(32, ge=1)
-    prompt_len: int = Field(48, ge=8, description="prompt tokens (held-out text, or a chat turn up to the answer)")
+    prompt_len: int = Field(48, ge=8, description="prompt tokens (held-out text, or a chat turn up to the answer); "
+                                                  "a prompts file's longer conversations lose their earliest turns, "
+                                                  "then the end of their last user turn")
     continuation_len: int = Field(32, ge=1, description="target-generated tokens; one chain starts at each")
     corpus: Corpus = "stdlib"
     conditions: list[Condition] = Field(["default"], min_length=1)
@@ -259,12 +296,21 @@ class Evaluation(Strict):
     draft_sampling: Literal["sampled", "greedy"] = Field(
         "sampled", description="at temperature > 0: drafts drawn from the drafter's q and kept with min(1, p/q), or "
                                "the drafter's argmax verified with q one-hot (vLLM's default draft_sample_method)")
+    prompts: PromptsFile | None = Field(
+        None, description="the user's prompts file instead of the built-in corpus: each conversation up to its last "
+                          "user turn, rendered with the target's chat template; categories give curves per category")
 
     @model_validator(mode="after")
     def _chat_conditions(self):
+        if self.prompts is not None and "corpus" in self.model_fields_set:
+            raise ValueError("give corpus (a built-in corpus) or prompts (a file), not both")
         for c in self.conditions:
-            if c in CHAT_ONLY and self.corpus != "chat":
-                raise ValueError(f"condition '{c}' changes a chat template: it needs corpus: chat")
+            if c in CHAT_ONLY and self.corpus != "chat" and self.prompts is None:
+                raise ValueError(f"condition '{c}' changes a chat template: it needs corpus: chat or a prompts file")
+        if self.prompts is not None and self.prompts.conversations is not None \
+                and self.prompts.conversations < self.num_prompts:
+            raise ValueError(f"prompts: {self.prompts.path} holds {self.prompts.conversations} conversation(s), "
+                             f"fewer than num_prompts {self.num_prompts}")
         if len(set(self.conditions)) != len(self.conditions):
             raise ValueError("conditions: each condition once")
         return self

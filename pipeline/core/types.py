@@ -37,6 +37,7 @@ class Curve:
     # tokens per target pass when decoding at depth k = 0..max_depth, over the chain starts a
     # decoder actually visits (see acceptance.decode_walk); empty when not measured
     decode_accept_len: tuple[float, ...] = ()
+    category: str = ""  # the prompts' category ("": every prompt of the evaluation)
 
     @property
     def max_depth(self) -> int:

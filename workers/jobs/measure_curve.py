@@ -5,6 +5,7 @@ from pipeline.core.contracts import DiagnosticValue, MeasureCurveConfig, Measure
 from workers.device import pick_device
 from workers.family import load_pairing
 from workers.measure import measure_curves
+from workers.prompts import prompt_categories
 
 
 def run(config: MeasureCurveConfig, inputs: dict, *, num_gpus: float, progress) -> Measured:
@@ -20,4 +21,5 @@ def run(config: MeasureCurveConfig, inputs: dict, *, num_gpus: float, progress) 
             DiagnosticValue(condition=curve.condition, temperature=curve.temperature, depth=depth, name=name,
                             value=value)
             for curve, rows, _, _ in results for depth, name, value in rows),
+        categories=prompt_categories(config.evaluation.prompts, config.evaluation.num_prompts, config.seed),
     )
