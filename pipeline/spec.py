@@ -45,6 +45,14 @@ class ExperimentSpec(Strict):
         return value
 
     @model_validator(mode="after")
+    def _trained_on_other_prompts(self):
+        train, evaluate = self.training_data.prompts, self.evaluation.prompts
+        if train is not None and evaluate is not None and train.digest == evaluate.digest:
+            raise ValueError(f"training_data.prompts and evaluation.prompts are the same file ({evaluate.path}): the "
+                             "curve would measure prompts the drafters trained on; split it in two")
+        return self
+
+    @model_validator(mode="after")
     def _validation_prompts_fit(self):
         prompts, validation = self.evaluation.prompts, self.validation
         if prompts is not None and validation is not None and prompts.conversations is not None:

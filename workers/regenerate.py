@@ -2,9 +2,11 @@
 
 A drafter learns to predict what its target will say, so it should train on text the target
 says (EAGLE-3 and SpecForge regenerate the assistant turns of their chat data with the target).
-Each built-in chat question of the train split is rendered with the target's chat template up
-to the assistant turn, then the target answers it, `batch_size` prompts at a time (left-padded),
-until the text holds `tokens` tokens.
+Each question (a built-in chat question of the train split, or a prompts file's conversation up
+to its last user turn) is rendered with the target's chat template up to the assistant turn, then
+the target answers it, `batch_size` prompts at a time (left-padded), until the text holds
+`tokens` tokens. A prompts file whose assistant turns are already this target's answers can be
+taken as written instead (`training_data.answers: as_written`): then nothing is generated.
 
 The result is one flat token stream of samples [BOS] + prompt + answer, with `scored` marking
 the positions whose next token is part of an answer: drafters are trained on those only.
@@ -17,25 +19,101 @@ from typing import NamedTuple
 import safetensors.torch
 import torch
 
+from pipeline.core.conversations import Conversation
 from workers.chat import samples
-from workers.chat_format import chat_ids
+from workers.chat_format import assistant_spans, turns_ids
+from workers.prompts import read_prompts_file
 from workers.tokenizer import pad_id
 
 FILE = "tokens.safetensors"
 HELDOUT_SHARE = 0.05  # the last 5% of the samples are held out for validation
 
 
-def question_prompts(tokenizer, max_prompt_tokens: int, seed: int) -> list[list[int]]:
-    """The train split's questions as prompts ([BOS] + template up to the answer), shuffled."""
-    pool = samples("train")
-    order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed)).tolist()
+def question_prompts(tokenizer, max_prompt_tokens: int, seed: int, prompts_file=None) -> list[list[int]]:
+    """The questions as prompts ([BOS] + template up to the answer), shuffled: the built-in chat
+    corpus's train split, or a prompts file's conversations up to their last user turn."""
+    pool = _pool(prompts_file)
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     out = []
-    for i in order:
-        ids = bos + chat_ids(tokenizer, pool[i], template=True, answer=False)
+    for i in _order(len(pool), seed):
+        turns, _ = pool[i].prompt_turns()
+        ids = bos + turns_ids(tokenizer, turns, template=True, generation_prompt=True)
         if len(ids) <= max_prompt_tokens:
             out.append(ids)
     return out
+
+
+def _pool(prompts_file) -> tuple[Conversation, ...]:
+    if prompts_file is None:
+        return tuple(s.conversation() for s in samples("train"))
+    return read_prompts_file(prompts_file)
+
+
+def _order(n: int, seed: int) -> list[int]:
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def written_answers(tokenizer, *, data, seed: int, progress=None) -> tuple[dict[str, bytes], dict]:
+    """A prompts file's conversations as they are (`answers: as_written`): [BOS] + every turn, the
+    assistant turns scored. Conversations longer than max_prompt_tokens + max_new_tokens, or whose
+    first assistant turn starts after max_prompt_tokens, are skipped."""
+    pool = read_prompts_file(data.prompts)
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    longest = data.max_prompt_tokens + data.max_new_tokens
+    text = _TextBuilder()
+    skipped = unanswered = 0
+    for n, i in enumerate(_order(len(pool), seed), 1):
+        ids, spans = assistant_spans(tokenizer, pool[i].messages)
+        if not spans:
+            unanswered += 1
+            continue
+        if len(bos) + len(ids) > longest or len(bos) + spans[0][0] > data.max_prompt_tokens:
+            skipped += 1
+            continue
+        text.add(bos + ids, [(a + len(bos), b + len(bos)) for a, b in spans])
+        if progress is not None and (n % 64 == 0 or n == len(pool)):
+            progress(min(text.size, data.tokens), data.tokens, float("nan"))
+        if text.size >= data.tokens:
+            break
+    if not text.starts:
+        raise ValueError(f"training_data.prompts: no conversation of {data.prompts.path} has an assistant turn and "
+                         f"fits in max_prompt_tokens + max_new_tokens = {longest} tokens")
+    return text.files(), {**text.metrics(), "skipped_too_long": skipped, "skipped_unanswered": unanswered}
+
+
+class _TextBuilder:
+    """Samples back to back, with `scored` marking the positions whose next token is an answer's."""
+
+    def __init__(self):
+        self.ids: list[int] = []
+        self.scored: list[bool] = []
+        self.starts: list[int] = []
+        self.answer_tokens = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.ids)
+
+    def add(self, ids: list[int], answers: list[tuple[int, int]]) -> None:
+        """One sample; answers: the [start, end) token ranges of its answers within `ids`."""
+        scored = [False] * len(ids)
+        for a, b in answers:
+            for t in range(max(a - 1, 0), b - 1):  # position t is scored when token t + 1 is an answer's
+                scored[t] = True
+            self.answer_tokens += b - a
+        self.starts.append(len(self.ids))
+        self.ids += ids
+        self.scored += scored
+
+    def files(self) -> dict[str, bytes]:
+        tensors = {"ids": torch.tensor(self.ids, dtype=torch.int64), "scored": torch.tensor(self.scored, dtype=torch.bool),
+                   "starts": torch.tensor(self.starts, dtype=torch.int64)}
+        return {FILE: safetensors.torch.save(tensors)}
+
+    def metrics(self) -> dict:
+        n = len(self.starts)
+        return {"samples": n, "tokens": len(self.ids), "answer_tokens": self.answer_tokens,
+                "mean_answer_len": self.answer_tokens / n}
 
 
 @torch.no_grad()
@@ -64,38 +142,28 @@ def answer_batch(target, prompts: list[list[int]], *, max_new: int, temperature:
 
 def regenerate(target, tokenizer, *, data, seed: int, progress=None) -> tuple[dict[str, bytes], dict]:
     """data: the spec's `training_data` section. Returns ({FILE: bytes}, metrics)."""
-    prompts = question_prompts(tokenizer, data.max_prompt_tokens, seed)
+    if data.answers == "as_written":
+        return written_answers(tokenizer, data=data, seed=seed, progress=progress)
+    prompts = question_prompts(tokenizer, data.max_prompt_tokens, seed, data.prompts)
     if not prompts:
         raise ValueError(f"training_data: no training question fits in max_prompt_tokens={data.max_prompt_tokens}")
     eos = tokenizer.eos_token_id
     pad = pad_id(tokenizer)
     gen = torch.Generator().manual_seed(seed) if data.temperature > 0 else None
-    ids: list[int] = []
-    scored: list[bool] = []
-    starts: list[int] = []
-    answered = answer_tokens = 0
+    text = _TextBuilder()
     t0 = time.perf_counter()
     for lo in range(0, len(prompts), data.batch_size):
         batch = prompts[lo: lo + data.batch_size]
         for prompt, answer in zip(batch, answer_batch(target, batch, max_new=data.max_new_tokens,
                                                       temperature=data.temperature, eos=eos, pad=pad, gen=gen)):
-            starts.append(len(ids))
-            ids += prompt + answer
-            # position t is scored when token t + 1 belongs to the answer
-            scored += [False] * (len(prompt) - 1) + [True] * len(answer) + [False]
-            answered += 1
-            answer_tokens += len(answer)
+            text.add(prompt + answer, [(len(prompt), len(prompt) + len(answer))])
         if progress is not None:
-            progress(min(len(ids), data.tokens), data.tokens, float("nan"))
-        if len(ids) >= data.tokens:
+            progress(min(text.size, data.tokens), data.tokens, float("nan"))
+        if text.size >= data.tokens:
             break
     seconds = time.perf_counter() - t0
-    tensors = {"ids": torch.tensor(ids, dtype=torch.int64), "scored": torch.tensor(scored, dtype=torch.bool),
-               "starts": torch.tensor(starts, dtype=torch.int64)}
-    metrics = {"samples": answered, "tokens": len(ids), "answer_tokens": answer_tokens,
-               "mean_answer_len": answer_tokens / answered, "generate_seconds": seconds,
-               "answer_tokens_per_s": answer_tokens / seconds}
-    return {FILE: safetensors.torch.save(tensors)}, metrics
+    return text.files(), {**text.metrics(), "generate_seconds": seconds,
+                          "answer_tokens_per_s": text.answer_tokens / seconds}
 
 
 class Text(NamedTuple):
@@ -135,9 +203,18 @@ class Text(NamedTuple):
         for split in ("train", "heldout"):
             self.sample_rows(split, 1, seq_len, torch.Generator().manual_seed(0))
 
+    def scored_rows(self, split: str, batch_size: int, seq_len: int, gen: torch.Generator, tries: int = 50):
+        """sample_rows, drawn again while the windows hold no scored position (a loss over nothing)."""
+        for _ in range(tries):
+            rows = self.sample_rows(split, batch_size, seq_len, gen)
+            if self.scored[rows][:, :-1].any():
+                return rows
+        raise ValueError(f"regenerated text: {tries} batches of {split} windows of {seq_len} tokens held no answer "
+                         "token (the prompts fill the windows, or the answers are empty); raise train.seq_len")
+
     def lm_batch(self, split: str, batch_size: int, seq_len: int, gen: torch.Generator):
         """(input ids, labels) for next-token training on the answers only (-100 elsewhere)."""
-        rows = self.sample_rows(split, batch_size, seq_len, gen)
+        rows = self.scored_rows(split, batch_size, seq_len, gen)
         ids = self.ids[rows]
         labels = ids.clone()
         labels[:, 0] = -100

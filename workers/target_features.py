@@ -109,7 +109,7 @@ class FeatureBatches:
         vocab: target ids to compute logits for (a drafter's draft vocabulary), in that order; all
         when None. The head over 8k of SmolLM2's 49k ids is a sixth of the work.
         """
-        rows = self.text.sample_rows(self.split, batch_size, seq_len, gen)  # [B, T]
+        rows = self.text.scored_rows(self.split, batch_size, seq_len, gen)  # [B, T]
         states = self.states[rows].to(device=device, dtype=torch.float32)  # [B, T, L, d]
         streams = [states[:, :, c] for c in self.columns]
         weight, bias = self._head_rows(vocab)

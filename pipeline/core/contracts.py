@@ -56,7 +56,7 @@ class RegenerateConfig(JobConfig):
     target: TargetRef
     data: TrainingData
     device: str
-    unhashed: ClassVar[dict] = {"target": {"name"}}
+    unhashed: ClassVar[dict] = {"target": {"name"}, "data": {"prompts": {"path"}}}
 
 
 class TargetFeaturesConfig(JobConfig):

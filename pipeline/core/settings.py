@@ -245,15 +245,29 @@ DrafterSpec = Annotated[
 
 
 class TrainingData(Strict):
-    """What a target generates for its drafters to train on (a drafter's `train.corpus: regenerated`):
-    its own answers to the built-in chat questions (train split), as EAGLE-3 trains on the target's
-    regenerated responses. One set per target, shared by all its drafters."""
+    """What a target's drafters train on (a drafter's `train.corpus: regenerated`): the target's own
+    answers, as EAGLE-3 and SpecForge train on the target's regenerated responses. The questions are
+    the built-in chat corpus's (train split), or a prompts file's conversations up to their last user
+    turn; with `answers: as_written` a prompts file's assistant turns are taken as the target's
+    answers as they are (data this target already regenerated elsewhere) and nothing is generated.
+    One set per target, shared by all its drafters."""
 
     tokens: int = Field(100_000, ge=256, description="tokens to generate per target, prompts and answers together")
     max_new_tokens: int = Field(256, ge=1, description="longest answer, in tokens")
     max_prompt_tokens: int = Field(256, ge=8, description="prompts longer than this are skipped")
     batch_size: int = Field(16, ge=1, description="prompts answered together")
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0: greedy answers")
+    prompts: PromptsFile | None = Field(None, description="the questions from a prompts file, not the built-in corpus")
+    answers: Literal["regenerate", "as_written"] = Field(
+        "regenerate", description="regenerate: the target answers each question; as_written: the file's assistant "
+                                  "turns are the target's answers (conversations longer than max_prompt_tokens + "
+                                  "max_new_tokens are skipped)")
+
+    @model_validator(mode="after")
+    def _answers_need_a_file(self):
+        if self.answers == "as_written" and self.prompts is None:
+            raise ValueError("answers: as_written takes the assistant turns of a prompts file; give prompts")
+        return self
 
 
 class Pairing(Strict):
