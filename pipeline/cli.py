@@ -99,9 +99,11 @@ def run(
             out.print(f"curves of every pairing: {summary.report}", soft_wrap=True)
         rows = _selected(plan, store)
         if rows:
-            from pipeline.report import best_table
+            from pipeline.report import best_table, category_table
 
             out.print(best_table(rows, versioned=False))
+            if any(r["categories"] for r in rows):
+                out.print(category_table(rows))
         checks = _speedup_checks(plan, store)
         if checks:
             from pipeline.report import engine_tables
@@ -133,8 +135,11 @@ def _finished(plan, store, kind: str):
 
 def _selected(plan, store) -> list[dict]:
     """The depth choices of this plan's select jobs, for the summary table."""
+    from db.rows import category_depth_rows
+
     return [{"target": job.target, "drafter": job.drafter, "hardware": selected.hardware,
-             **dataclasses.asdict(selected.choice)}
+             **dataclasses.asdict(selected.choice),
+             "categories": category_depth_rows(job.target, job.drafter, selected)}
             for job, selected in _finished(plan, store, "select_depth")]
 
 

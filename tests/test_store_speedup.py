@@ -25,10 +25,11 @@ from test_store import (  # noqa: F401 (db_url and store are fixtures)
     db_url,
     store,
 )
+from test_store_migration_0005 import CURVES_AT_0004
 
 from db.migrate import alembic_config, current_revision, head_revision
 from db.store import SPEEDUP_KEYS, Store, StoreError
-from db.tables import Base, CurvePoint, Job, SpeedupPoint, utc_now
+from db.tables import Base, Job, SpeedupPoint, utc_now
 
 ROW_KEYS = {*SPEEDUP_KEYS, "job_hash"}
 
@@ -223,7 +224,7 @@ def test_database_at_revision_0003_upgrades_to_0004_and_back(db_url: str) -> Non
         point = {"job_id": job_id, "target": "tiny-llama", "drafter": "eagle",
                  "condition": "greedy", "temperature": 0.0, "depth": 1, "cond_accept": 0.9,
                  "survival": 0.9, "accept_len": 1.9}
-        connection.execute(insert(CurvePoint.__table__).values(**point))
+        connection.execute(insert(CURVES_AT_0004).values(**point))  # revision 0003 has the same columns
 
     with Store(db_url) as store:
         assert store.finished_result("old-curve") == {"a": 1}
