@@ -167,7 +167,7 @@ def test_a_categorys_curve_is_its_prompts_measured_alone():
         assert curves[name].survival == pytest.approx(alone.survival) and curves[name].num_chains == alone.num_chains
         walks = [[decode_walk(acc, k) for k in range(4)] for acc in prompts]
         assert curves[name].decode_accept_len == pytest.approx(walk_accept_len(walks))
-    choices = {name: (n, c) for name, n, c in choose_by_category(measured, 0.05, pass_cost=None, seed=0)}
+    choices = {c.category: (c.prompts, c.choice) for c in choose_by_category(measured, 0.05, pass_cost=None, seed=0)}
     assert choices["code"][0] == 2 and choices["code"][1].depth > choices["chat"][1].depth
     part = next(p for p in split_by_category(measured) if p.category == "code")
     assert choices["code"][1] == choose_depth(part.curve, 0.05, per_prompt=part.per_prompt, walks=part.walks, seed=0)

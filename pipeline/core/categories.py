@@ -12,7 +12,8 @@ import dataclasses
 
 from pipeline.core.acceptance import curve_from_prompt_rows, walk_accept_len
 from pipeline.core.choice import choose_depth
-from pipeline.core.types import Curve, DepthChoice
+from pipeline.core.contracts import CategoryChoice
+from pipeline.core.types import Curve
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +50,10 @@ def category_curves(measured) -> tuple[Curve, ...]:
     return tuple(part.curve for i in range(len(measured.curves)) for part in split_by_category(measured, i))
 
 
-def choose_by_category(measured, cost_ratio: float, *, pass_cost, seed: int) -> tuple[tuple[str, int, DepthChoice], ...]:
-    """(category, prompts, depth choice) for the primary curve's categories, costed as the whole choice was."""
-    return tuple((part.category, len(part.per_prompt),
-                  choose_depth(part.curve, cost_ratio, pass_cost=pass_cost, per_prompt=part.per_prompt or None,
-                               walks=part.walks or None, seed=seed))
+def choose_by_category(measured, cost_ratio: float, *, pass_cost, seed: int) -> tuple[CategoryChoice, ...]:
+    """The depth of each category of the primary curve, costed as the whole choice was."""
+    return tuple(CategoryChoice(category=part.category, prompts=len(part.per_prompt),
+                                choice=choose_depth(part.curve, cost_ratio, pass_cost=pass_cost,
+                                                    per_prompt=part.per_prompt or None, walks=part.walks or None,
+                                                    seed=seed))
                  for part in split_by_category(measured, 0))

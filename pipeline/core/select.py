@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pipeline.core.categories import choose_by_category
 from pipeline.core.choice import choose_depth, depth_per_batch
-from pipeline.core.contracts import CategoryChoice, Measured, SelectDepthConfig, Selected
+from pipeline.core.contracts import Measured, SelectDepthConfig, Selected
 from pipeline.core.schedule import schedule_from_choices
 
 
@@ -29,8 +29,7 @@ def run(config: SelectDepthConfig, inputs: dict, *, num_gpus: float, progress) -
     if cost.draft_ms_by_batch:  # a depth per profiled batch size; batch size 1 keeps the noise-aware choice
         batch_depths = depth_per_batch(curve, cost, first=choice.depth)
         schedule = tuple(schedule_from_choices(batch_depths, max(config.max_batch_size, max(batch_depths))))
-    by_category = tuple(CategoryChoice(category=name, prompts=n, choice=c)
-                        for name, n, c in choose_by_category(measured, ratio, pass_cost=pass_cost, seed=config.seed))
+    by_category = choose_by_category(measured, ratio, pass_cost=pass_cost, seed=config.seed)
     return Selected(choice=choice, hardware=cost.hardware, condition=curve.condition,
                     temperature=curve.temperature, pass_cost=pass_cost, batch_depths=batch_depths,
                     schedule=schedule, draft_sampling=config.draft_sampling, by_category=by_category)
