@@ -192,7 +192,8 @@ def _describe(err: dict) -> tuple[tuple, str]:
     elif loc and loc[-1] == "[key]":
         loc = loc[:-1]
         msg = f"unknown job kind; use one of {', '.join(JOB_KINDS)}"
-    elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], (dict, list)):
+    elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], (dict, list)) \
+            and not (isinstance(err["input"], str) and err["input"] in msg):  # the message names it already
         msg = f"{msg}, got {err['input']!r}"
     return loc, msg
 
