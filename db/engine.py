@@ -14,6 +14,7 @@ from db.migrate import upgrade_to_head
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 PG_SCHEME = "postgresql+psycopg"
 PG_CONNECT_TIMEOUT_S = 10
+SQLITE_BUSY_TIMEOUT_S = 30
 
 
 def normalize_url(url: str) -> str:
@@ -55,7 +56,8 @@ def _create_engine(url: URL) -> Engine:
             url, pool_pre_ping=True, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S}
         )
     _make_parent_folder(url.database)
-    engine = create_engine(url)
+    # the driver's timeout is SQLite's busy timeout: a writer waits this long for another's lock
+    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
     event.listen(engine, "connect", _on_sqlite_connect)
     event.listen(engine, "begin", _on_sqlite_begin)
     return engine
@@ -73,7 +75,14 @@ def _on_sqlite_connect(dbapi_connection, connection_record) -> None:
     # schema changes are atomic too (pysqlite otherwise runs DDL outside any transaction).
     dbapi_connection.isolation_level = None
     dbapi_connection.execute("PRAGMA foreign_keys = ON")
+    # WAL: readers never wait for the writer, and the writer never waits for readers. It is a
+    # property of the file, set once by whichever connection comes first (in memory: no file).
+    if dbapi_connection.execute("PRAGMA journal_mode").fetchone()[0].lower() not in ("wal", "memory"):
+        dbapi_connection.execute("PRAGMA journal_mode = WAL")
 
 
 def _on_sqlite_begin(connection) -> None:
-    connection.exec_driver_sql("BEGIN")
+    # IMMEDIATE takes the write lock when the transaction starts. A deferred transaction that
+    # reads and then writes has to upgrade its lock, and SQLite refuses that at once ("database
+    # is locked", without waiting) when another writer got there first; IMMEDIATE waits its turn.
+    connection.exec_driver_sql("BEGIN IMMEDIATE")

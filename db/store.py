@@ -7,14 +7,16 @@ ORM rows stay inside this package.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import queries, writes
@@ -37,6 +39,9 @@ __all__ = [
 ]
 
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 # INSERT ... ON CONFLICT DO NOTHING, so concurrent or replayed inserts of the same key are safe.
 _INSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 
@@ -47,11 +52,14 @@ class Store:
     The database is a SQLite file or PostgreSQL.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, retry_s: float | None = None) -> None:
         """Open ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``), upgrade its schema.
 
-        Raises StoreError, naming the URL with its password masked, when that fails.
+        Raises StoreError, naming the URL with its password masked, when that fails. Reads and
+        writes ride out a database that is briefly unavailable for ``retry_s`` seconds
+        (default: $SPECFLEET_DB_RETRY_S, else 60).
         """
+        self.retry_s = retry_s if retry_s is not None else float(os.environ.get("SPECFLEET_DB_RETRY_S", 60))
         self.url = mask_url(url)
         self._engine = open_database(url)
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
@@ -71,14 +79,15 @@ class Store:
         self, *, name: str, spec_hash: str, spec_yaml: str, code_version: str
     ) -> int:
         """The id of experiment (name, spec_hash), inserting it first if it is new."""
-        with self._write("ensure_experiment") as session:
+        def body(session: Session):
             key = {"name": name, "spec_hash": spec_hash}
             values = {**key, "spec_yaml": spec_yaml, "code_version": code_version}
             _insert_ignore(session, Experiment, values)
             return session.scalars(select(Experiment.id).filter_by(**key)).one()
+        return self._write("ensure_experiment", body)
 
     def set_experiment_run(self, experiment_id: int, mlflow_run_id: str) -> None:
-        with self._write("set_experiment_run") as session:
+        def body(session: Session):
             result = session.execute(
                 update(Experiment)
                 .where(Experiment.id == experiment_id)
@@ -86,6 +95,7 @@ class Store:
             )
             if result.rowcount == 0:
                 raise StoreError(f"set_experiment_run: no experiment with id {experiment_id}")
+        return self._write("set_experiment_run", body)
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -96,7 +106,7 @@ class Store:
 
         A job that already exists (from this or an earlier experiment) is left as it is.
         """
-        with self._write("link_job") as session:
+        def body(session: Session):
             job = {
                 "job_hash": job_hash,
                 "kind": kind,
@@ -109,24 +119,27 @@ class Store:
             job_id = session.scalars(select(Job.id).where(Job.job_hash == job_hash)).one()
             link = {"experiment_id": experiment_id, "job_id": job_id}
             _insert_ignore(session, ExperimentJob, link)
+        return self._write("link_job", body)
 
     def job_config(self, job_hash: str) -> dict | None:
         """The config job ``job_hash`` was run with, or None for a job this database does not hold."""
-        with self._sessions() as session:
+        def body(session: Session):
             job = _find_job(session, job_hash)
             return None if job is None else json.loads(job.config_json)
+        return self._read(body)
 
     def finished_result(self, job_hash: str) -> dict | None:
         """The stored result of job ``job_hash`` if it is done, else None."""
-        with self._sessions() as session:
+        def body(session: Session):
             job = _find_job(session, job_hash)
             if job is None or job.status != "done" or job.result_json is None:
                 return None
             return json.loads(job.result_json)
+        return self._read(body)
 
     def mark_running(self, job_hash: str, *, mlflow_run_id: str | None) -> None:
         """Start a new attempt: counts it, stamps started_at, forgets the last attempt's error."""
-        with self._write("mark_running") as session:
+        def body(session: Session):
             job = _job(session, job_hash)
             job.status = "running"
             job.attempts = Job.attempts + 1
@@ -135,12 +148,14 @@ class Store:
             job.duration_s = None
             job.error = None
             job.mlflow_run_id = mlflow_run_id
+        return self._write("mark_running", body)
 
     def mark_failed(self, job_hash: str, *, error: str) -> None:
-        with self._write("mark_failed") as session:
+        def body(session: Session):
             job = _job(session, job_hash)
             _finish(job, status="failed")
             job.error = error
+        return self._write("mark_failed", body)
 
     def mark_done(
         self,
@@ -168,7 +183,7 @@ class Store:
         hardware, condition); a job adds at most one version, so a replay leaves it as it is.
         Any bad entry raises StoreError and writes nothing.
         """
-        with self._write("mark_done") as session:
+        def body(session: Session):
             job = _job(session, job_hash)
             _finish(job, status="done")
             job.result_json = _to_json(result, what=f"result of job {job_hash}")
@@ -183,6 +198,7 @@ class Store:
                 writes.add_offline_version(session, job, tuned)
             if category_depths is not None:
                 writes.replace_category_depths(session, job, category_depths)
+        return self._write("mark_done", body)
 
     def add_production_config(
         self,
@@ -215,8 +231,9 @@ class Store:
         given = dict(locals())
         given.pop("self")
         values = writes.checked_tuned(given, f"production config {target}/{drafter}")
-        with self._write("add_production_config") as session:
+        def body(session: Session):
             return writes.add_version(session, values, job_id=None, source="production")
+        return self._write("add_production_config", body)
 
     # -- reports ----------------------------------------------------------------------------
 
@@ -229,8 +246,9 @@ class Store:
         ``schedule`` is the parsed [[lo, hi, k], ...] or None, ``job_hash`` None for a
         production version.
         """
-        with self._sessions() as session:
+        def body(session: Session):
             return queries.best_configs(session, target=target, drafter=drafter, history=history)
+        return self._read(body)
 
     def curve_rows(
         self,
@@ -242,17 +260,18 @@ class Store:
     ) -> list[dict]:
         """One dict per stored depth, sorted by target, drafter, condition, temperature, depth.
         By default the curves over every prompt; ``category`` one prompt category's, None all."""
-        with self._sessions() as session:
+        def body(session: Session):
             return queries.curve_points(
                 session, target=target, drafter=drafter, condition=condition, category=category
             )
+        return self._read(body)
 
     def category_depths(self, job_hashes: Sequence[str]) -> dict[str, list[dict]]:
         """The depth chosen per prompt category by each of these select jobs, by job hash."""
-        with self._sessions() as session:
+        def body(session: Session):
             ids = dict(session.execute(select(Job.id, Job.job_hash).where(Job.job_hash.in_(list(job_hashes)))).all())
-            found = queries.category_depths(session, list(ids))
-        return {ids[job_id]: rows for job_id, rows in found.items()}
+            return {ids[job_id]: rows for job_id, rows in queries.category_depths(session, list(ids)).items()}
+        return self._read(body)
 
     def diagnostic_rows(
         self,
@@ -262,10 +281,11 @@ class Store:
         condition: str | None = None,
     ) -> list[dict]:
         """DIAGNOSTIC_KEYS plus job_hash, sorted by target, drafter, condition, name, depth."""
-        with self._sessions() as session:
+        def body(session: Session):
             return queries.diagnostic_values(
                 session, target=target, drafter=drafter, condition=condition
             )
+        return self._read(body)
 
     def speedup_rows(
         self, *, target: str | None = None, drafter: str | None = None
@@ -274,25 +294,54 @@ class Store:
 
         Sorted by target, drafter, hardware, condition, temperature, job, then depth.
         """
-        with self._sessions() as session:
+        def body(session: Session):
             return queries.speedup_checks(session, target=target, drafter=drafter)
+        return self._read(body)
 
     def experiments(self) -> list[dict]:
-        with self._sessions() as session:
+        def body(session: Session):
             return queries.experiment_summaries(session)
+        return self._read(body)
 
     def jobs(self, experiment_id: int | None = None) -> list[dict]:
-        with self._sessions() as session:
+        def body(session: Session):
             return queries.job_summaries(session, experiment_id)
+        return self._read(body)
 
-    @contextmanager
-    def _write(self, action: str) -> Iterator[Session]:
-        """One transaction: committed when the block ends, rolled back on any exception."""
-        try:
-            with self._sessions.begin() as session:
-                yield session
-        except IntegrityError as error:
-            raise StoreError(f"{action} refused by {self.url}: {one_line(error)}") from error
+    def _write(self, action: str, body: Callable[[Session], T]) -> T:
+        """``body`` in one transaction: committed when it returns, rolled back if it raises.
+
+        A transient failure (the database restarting or unreachable, a lock held too long) is
+        retried with backoff for up to ``retry_s`` seconds; the transaction is rolled back each
+        time, so a write lands once or not at all. A refused write (a constraint) is not retried.
+        """
+        return self._retrying(action, body, begin=True)
+
+    def _read(self, body: Callable[[Session], T]) -> T:
+        """``body`` in a read session, retried as writes are."""
+        return self._retrying("read", body, begin=False)
+
+    def _retrying(self, action: str, body: Callable[[Session], T], *, begin: bool) -> T:
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.05
+        while True:
+            try:
+                if begin:
+                    with self._sessions.begin() as session:
+                        return body(session)
+                with self._sessions() as session:
+                    return body(session)
+            except IntegrityError as error:
+                raise StoreError(f"{action} refused by {self.url}: {one_line(error)}") from error
+            except (OperationalError, InterfaceError) as error:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise StoreError(f"{action}: database {self.url} unavailable for {self.retry_s:g} s "
+                                     f"(SPECFLEET_DB_RETRY_S): {one_line(error)}") from error
+                wait = min(delay, remaining)
+                log.warning("%s: database %s: %s; retrying in %.2f s", action, self.url, one_line(error), wait)
+                time.sleep(wait)
+                delay = min(2 * delay, 2.0)
 
 
 def _insert_ignore(session: Session, model: type[Base], values: dict) -> None:

@@ -7,13 +7,14 @@ are made here, so both backends refuse the same inputs with the same message.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Sequence
 from numbers import Integral, Real
 from typing import TYPE_CHECKING
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.orm import Session
 
 from db.errors import StoreError
@@ -232,12 +233,14 @@ def add_offline_version(session: Session, job: Job, tuned: dict) -> None:
 def add_version(session: Session, values: dict, *, job_id: int | None, source: str) -> int:
     """Insert ``values`` as the next version of its workload and make it the only active one.
 
-    The active row is locked first (PostgreSQL), so two writers of one workload queue up;
-    a writer that still loses the race fails on the unique version and rolls back.
+    Writers of one workload take turns: on PostgreSQL a transaction-level advisory lock keyed by
+    the workload (held until commit, and taken even before the workload's first version exists,
+    which no row lock could cover); on SQLite the write lock every transaction takes at its start
+    (db/engine.py). So versions are numbered 1, 2, ... with no gap and one stays active.
     """
     workload = [getattr(TunedConfig, key) == values[key] for key in WORKLOAD_KEYS]
-    active = select(TunedConfig.id).where(*workload, TunedConfig.active).with_for_update()
-    session.scalars(active).all()
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _workload_lock([values[k] for k in WORKLOAD_KEYS])})
     latest = session.scalar(select(func.max(TunedConfig.version)).where(*workload))
     version = (latest or 0) + 1
     session.execute(
@@ -248,6 +251,12 @@ def add_version(session: Session, values: dict, *, job_id: int | None, source: s
     )
     session.flush()  # so a bad experiment_id or a lost race fails here, inside this transaction
     return version
+
+
+def _workload_lock(values: list) -> int:
+    """A signed 64-bit advisory-lock key for one workload (the same in every process)."""
+    digest = hashlib.sha256(json.dumps(values).encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 def checked_tuned(tuned: dict, where: str) -> dict:
