@@ -240,7 +240,8 @@ def add_version(session: Session, values: dict, *, job_id: int | None, source: s
     """
     workload = [getattr(TunedConfig, key) == values[key] for key in WORKLOAD_KEYS]
     if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _workload_lock([values[k] for k in WORKLOAD_KEYS])})
+        key = _workload_lock([values[k] for k in WORKLOAD_KEYS])
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
     latest = session.scalar(select(func.max(TunedConfig.version)).where(*workload))
     version = (latest or 0) + 1
     session.execute(
