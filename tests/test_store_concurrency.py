@@ -56,3 +56,26 @@ def test_concurrent_writers_lose_nothing(db_url, writers, tmp_path):  # noqa: F8
         assert sorted(r["version"] for r in mine) == list(range(1, len(mine) + 1))  # gap-free
         assert sum(r["active"] for r in mine) == 1
         assert next(r for r in mine if r["active"])["version"] == len(mine)  # the newest is the active one
+
+
+def test_concurrent_autotune_from_metrics_invocations_all_land(db_url, tmp_path):  # noqa: F811
+    """8 `specfleet autotune --from-metrics` processes at once, as 8 production re-tunes are."""
+    import os
+    import subprocess
+    import sys
+
+    metrics = Path(__file__).parent / "data" / "vllm_metrics" / "dflash_k7_window.prom"
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    (drafter / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    exe = Path(sys.executable).with_name("specfleet")
+    env = {**os.environ, "SPECFLEET_DB": db_url}
+    procs = [subprocess.Popen([str(exe), "autotune", "--engine", "vllm", "--from-metrics", str(metrics),
+                               "--cost-ratio", "0.1", "--drafter-path", str(drafter), "--method", "eagle3",
+                               "--workdir", str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(8)]
+    outcomes = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert all(rc == 0 and "Traceback" not in err for rc, err in outcomes), outcomes
+    with Store(db_url) as store:
+        rows = store.best(history=True)
+    assert sorted(r["version"] for r in rows) == list(range(1, 9)) and sum(r["active"] for r in rows) == 1
