@@ -1,7 +1,6 @@
 """Turn a database URL into a ready engine: driver chosen, folder created, schema upgraded."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from alembic.util import CommandError
@@ -9,6 +8,7 @@ from sqlalchemy import URL, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from db.errors import StoreError, one_line
+from db.secrets import mask_secrets
 from db.migrate import upgrade_to_head
 
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")
@@ -26,11 +26,8 @@ def normalize_url(url: str) -> str:
 
 
 def mask_url(url: str) -> str:
-    """The URL with its password hidden, fit for messages and logs."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1:***@", url)
+    """The URL with every secret hidden (user info and query; db/secrets.py), fit for messages and logs."""
+    return mask_secrets(url)
 
 
 def open_database(url: str) -> Engine:

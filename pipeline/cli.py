@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from db.secrets import mask_secrets
 from pipeline.errors import SpecError, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Tune speculative-decoding depth across a fleet.")
@@ -416,5 +417,5 @@ def main() -> None:
         sys.stderr.write(f"{exc.source}: {len(exc.messages)} error(s)\n" + "".join(f"{m}\n" for m in exc.messages))
         sys.exit(exc.exit_code)
     except UserError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(f"error: {mask_secrets(str(exc))}\n")
         sys.exit(exc.exit_code)

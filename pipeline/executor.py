@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from db.secrets import mask_secrets
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.kinds import resolve
 from pipeline.errors import ResourceError
@@ -245,4 +246,4 @@ def _one_line(exc: BaseException) -> str:
     cause = getattr(exc, "cause", None) or exc
     text = str(cause).strip().splitlines()
     last = next((line for line in reversed(text) if line.strip()), type(cause).__name__)
-    return f"{type(cause).__name__}: {last.strip()}"[:500]
+    return mask_secrets(f"{type(cause).__name__}: {last.strip()}")[:500]  # stored, logged and printed

@@ -6,12 +6,14 @@ unchanged spec reuses its runs instead of duplicating them.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from db.secrets import MASK, is_secret_name, mask_secrets
 from pipeline.errors import UserError
 
 TAG_SPEC = "specfleet.spec_hash"
@@ -30,7 +32,8 @@ def flatten(d: dict, prefix: str = "") -> dict[str, str]:
             out.update(flatten(v, key + "."))
         else:
             text = v if isinstance(v, str) else json.dumps(v)
-            out[key] = text[:MAX_PARAM]
+            # a param is shown to everyone who can read the run
+            out[key] = MASK if is_secret_name(str(k)) else mask_secrets(text)[:MAX_PARAM]
     return out
 
 
@@ -41,11 +44,22 @@ class Tracker:
         self.artifact_root = artifact_root
 
     def check(self) -> None:
-        """Reach the tracking store once, so a bad URI fails before anything is written."""
+        """Reach the tracking store once, so a bad URI fails before anything is written (a server
+        is asked once, with a 10 s timeout, not with MLflow's minutes of retries)."""
+        quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+        saved = {name: os.environ.get(name) for name in quick}
+        os.environ.update(quick)
         try:
             self.client.search_experiments(max_results=1)
         except (MlflowException, OSError) as exc:
-            raise UserError(f"--mlflow: cannot use tracking store {self.uri}: {str(exc).splitlines()[0]}") from None
+            raise UserError(f"--mlflow: cannot use tracking store {mask_secrets(self.uri)}: "
+                            f"{mask_secrets(str(exc).splitlines()[0])}") from None
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
     def experiment_id(self, name: str) -> str:
         exp = self.client.get_experiment_by_name(name)
