@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from db.secrets import mask_secrets
+from pipeline.core.files import clean_partials
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.kinds import resolve
 from pipeline.errors import ResourceError
@@ -93,6 +94,8 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
     """Run `plan`; `connect` is called only when some job has to run."""
     t0 = time.perf_counter()
     ctx = Context(plan, store, tracker, workdir / "checkpoints")
+    for left in clean_partials(ctx.checkpoints):  # folders a killed run was still writing
+        console.print(f"removed {left.name}: a half-written checkpoint of a run that ended")
     reusable = _reusable(ctx)
     if len(reusable) == len(plan.jobs):  # nothing to run: no cluster needed
         summary = _open_experiment(ctx, spec, spec_text, "no cluster needed")

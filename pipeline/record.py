@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from db.rows import category_depth_rows, curve_rows, diagnostic_rows, speedup_rows, tuned_config
 from pipeline.core.categories import category_curves
 from pipeline.core.contracts import Dataset, Measured, Profiled, Selected, Stored, Trained, Validated
-from pipeline.core.files import pack_dir, write_dir
+from pipeline.core.files import dir_hash, files_hash, pack_dir, write_dir
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.types import DRIFT_NAMES, Curve
 from pipeline.plan import Job
@@ -51,10 +51,18 @@ def finished(store, job_kind_name: str, job_hash: str, *, files_here: bool = Tru
         result = job_kind(job_kind_name).result.model_validate(stored)
     except ValidationError:
         return None
-    if files_here and isinstance(result, Stored) and not (result.checkpoint_dir
-                                                          and Path(result.checkpoint_dir).is_dir()):
-        return None  # the work directory lost it: the job has to run again
+    if files_here and isinstance(result, Stored) and not intact(result):
+        return None  # the work directory lost or damaged it: the job has to run again
     return result
+
+
+def intact(result: Stored) -> bool:
+    """Whether a stored result's folder is still there holding what was recorded (its content
+    hash; results recorded before hashes were kept are checked for the folder alone)."""
+    folder = Path(result.checkpoint_dir) if result.checkpoint_dir else None
+    if folder is None or not folder.is_dir():
+        return False
+    return result.files_sha256 is None or dir_hash(folder) == result.files_sha256
 
 
 def with_files(result):
@@ -86,8 +94,9 @@ def record_dataset(job: Job, result: Dataset, rec: Recording) -> None:
 def _keep_files(job: Job, result: Stored, rec: Recording):
     """The result's files written to the work directory, its metrics to MLflow; the result without
     its bytes, pointing at the folder."""
-    folder = write_dir(result.files, rec.checkpoints / job.hash)  # absolute: runs start from any folder
-    stored = result.without_files(str(folder.resolve()))
+    digest = files_hash(result.files)
+    folder = write_dir(result.files, rec.checkpoints / job.hash, digest)  # absolute: runs start from any folder
+    stored = result.without_files(str(folder.resolve()), digest)
     rec.tracker.log_metrics(rec.run_id, stored.metrics)
     return stored
 

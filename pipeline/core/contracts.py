@@ -124,9 +124,10 @@ class Stored(Contract):
     metrics: dict[str, int | float]
     files: Files | None = None
     checkpoint_dir: str | None = None
+    files_sha256: str | None = None  # files_hash of the files: what the folder must still hold to be reused
 
-    def without_files(self, checkpoint_dir: str):
-        return self.model_copy(update={"files": None, "checkpoint_dir": checkpoint_dir})
+    def without_files(self, checkpoint_dir: str, digest: str):
+        return self.model_copy(update={"files": None, "checkpoint_dir": checkpoint_dir, "files_sha256": digest})
 
 
 class Trained(Stored):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,9 +27,24 @@ def pack_dir(folder: str | Path) -> Files:
 
 
 def files_hash(files: Files) -> str:
+    """The content hash of a folder given as bytes: over every file's name and sha256."""
     h = hashlib.sha256()
     for name in sorted(files):
         h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return h.hexdigest()
+
+
+def dir_hash(folder: str | Path) -> str:
+    """files_hash of a folder on disk, read file by file in blocks (a folder of states can be
+    hundreds of megabytes): equal to files_hash(pack_dir(folder))."""
+    root = Path(folder)
+    h = hashlib.sha256()
+    for path in sorted((p for p in root.rglob("*") if p.is_file()), key=lambda p: p.relative_to(root).as_posix()):
+        one = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                one.update(block)
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + one.digest())
     return h.hexdigest()
 
 
@@ -42,9 +58,10 @@ def staged_dir(folder: str | Path) -> Iterator[Path]:
     """
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.part-"))
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}{PART}{_owner()}-"))
     try:
         yield tmp
+        _sync_tree(tmp)  # the bytes are on disk before the name says the folder is whole
         try:
             tmp.rename(folder)
         except OSError:
@@ -55,11 +72,60 @@ def staged_dir(folder: str | Path) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_dir(files: Files, folder: str | Path) -> Path:
-    """Write `files` as `folder`, atomically; a folder already there is kept as it is."""
+PART = ".part-"  # in the name of a folder being written: .NAME.part-HOST-PID-RANDOM
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _sync_tree(root: Path) -> None:
+    for path in [*root.rglob("*"), root]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def clean_partials(root: str | Path) -> list[Path]:
+    """Remove the half-written folders that writers on this host left in `root` when they died
+    (their process is gone); a live writer's, or another host's, are left alone. Returns them."""
+    removed = []
+    host = socket.gethostname()
+    for path in Path(root).glob(f".*{PART}*") if Path(root).is_dir() else ():
+        owner = path.name.split(PART, 1)[1]
+        who, _, pid = owner.rsplit("-", 1)[0].rpartition("-")
+        if who == host and pid.isdigit() and not _alive(int(pid)):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_dir(files: Files, folder: str | Path, digest: str | None = None) -> Path:
+    """Write `files` as `folder`, atomically. A folder already there is kept when it holds the
+    same content (`digest`: files_hash(files), when the caller has it) and replaced otherwise:
+    a checkpoint damaged on disk is rewritten, never trusted."""
     folder = Path(folder)
-    if folder.is_dir():
+    if folder.is_dir() and (digest is None or dir_hash(folder) == digest):
         return folder
+    if folder.is_dir():
+        stale = folder.with_name(f".{folder.name}{PART}{_owner()}-stale")
+        folder.rename(stale)
+        shutil.rmtree(stale, ignore_errors=True)
     with staged_dir(folder) as tmp:
         for name, blob in files.items():
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
@@ -72,10 +138,12 @@ def write_file(path: str | Path, text: str) -> Path:
     sees half a file. Files are named by content, so replacing one changes no bytes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.part-")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{PART}{_owner()}-")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
         os.chmod(tmp, 0o644)  # readable by a server that runs as another user (mkstemp makes it 0600)
         os.replace(tmp, path)
     finally:
@@ -91,4 +159,7 @@ def cache_root() -> Path:
 
 def cached_dir(files: Files, root: str | Path | None = None) -> Path:
     """The folder of `files` in a node-local cache (written once per content), for from_pretrained."""
-    return write_dir(files, Path(root or cache_root()) / files_hash(files)[:32])
+    root = Path(root or cache_root())
+    clean_partials(root)
+    digest = files_hash(files)
+    return write_dir(files, root / digest[:32], digest)
