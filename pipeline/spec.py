@@ -15,7 +15,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from pipeline.core.kinds import JOB_KINDS, KINDS
 from pipeline.core.settings import (
-    DRAFTER_KINDS, Cost, DrafterSpec, Evaluation, Pairing, PromptsFile, Resources, Strict, Target, TrainingData, Validation,
+    DRAFTER_KINDS, NAME, Cost, DrafterSpec, Evaluation, Pairing, PromptsFile, Resources, Strict, Target, TrainingData,
+    Validation,
 )
 from pipeline.errors import SpecError
 from pipeline.yaml_lines import duplicate_keys, line_of
@@ -26,10 +27,10 @@ def _default_resources() -> dict[str, Resources]:
 
 
 class ExperimentSpec(Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
-    seed: int = 0
-    targets: list[Target] = Field(min_length=1)
-    drafters: list[DrafterSpec] = Field(min_length=1)
+    name: str = NAME
+    seed: int = Field(0, ge=0, lt=2**63, strict=True)
+    targets: list[Target] = Field(min_length=1, max_length=64)
+    drafters: list[DrafterSpec] = Field(min_length=1, max_length=64)
     pairings: Literal["all"] | list[Pairing] = "all"
     evaluation: Evaluation = Evaluation()
     cost: Cost = Cost()
@@ -88,6 +89,8 @@ def cross_check(data: dict) -> list[tuple[tuple, str]]:
         items = data.get(field)
         for i, item in enumerate(items if isinstance(items, list) else []):
             name = item.get("name") if isinstance(item, dict) else None
+            if not isinstance(name, str):
+                continue  # a missing or non-text name is the field check's to report
             if name in seen:
                 problems.append(((field, i, "name"), f"duplicate name '{name}'"))
             seen.add(name)
@@ -95,7 +98,7 @@ def cross_check(data: dict) -> list[tuple[tuple, str]]:
     pairings = data.get("pairings")
     for i, p in enumerate(pairings if isinstance(pairings, list) else []):
         for key, field in (("target", "targets"), ("drafter", "drafters")):
-            if isinstance(p, dict) and key in p and p[key] not in names[field]:
+            if isinstance(p, dict) and isinstance(p.get(key), str) and p[key] not in names[field]:
                 have = sorted(n for n in names[field] if isinstance(n, str))
                 problems.append((("pairings", i, key), f"unknown {key} '{p[key]}' (have {have})"))
     for section in ("evaluation", "training_data"):
@@ -145,8 +148,11 @@ def _clean_loc(loc: tuple) -> tuple:
 def parse_spec(text: str, source: str = "<spec>") -> ExperimentSpec:
     """Validate YAML text; raise SpecError listing every problem with its YAML line."""
     try:
+        _check_shape(text)
         data = yaml.safe_load(text)
         root = yaml.compose(text)
+    except _Refused as exc:
+        raise SpecError(source, [str(exc)]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -198,10 +204,43 @@ def _describe(err: dict) -> tuple[tuple, str]:
     return loc, msg
 
 
+MAX_SPEC_BYTES = 1 << 20  # a spec is a page of settings; a megabyte is already absurd
+MAX_DEPTH = 32  # nesting of mappings and lists; a spec needs 5
+MAX_ALIASES = 64  # YAML aliases (*name); a chain of them can expand exponentially
+
+
+class _Refused(Exception):
+    """A spec text refused before it is parsed: the one-line reason."""
+
+
+def _check_shape(text: str) -> None:
+    """Refuse, without building anything, YAML nested deeper than MAX_DEPTH (the parser would
+    recurse until Python's stack gives out) or with more than MAX_ALIASES aliases (a few lines of
+    them can stand for billions of nodes)."""
+    depth = aliases = 0
+    for event in yaml.parse(text):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _Refused(f"(yaml): nested deeper than {MAX_DEPTH} levels (line {event.start_mark.line + 1})")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+        elif isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                raise _Refused(f"(yaml): more than {MAX_ALIASES} aliases (line {event.start_mark.line + 1})")
+
+
 def load_spec(path: str | Path) -> tuple[ExperimentSpec, str]:
     """Read and validate a spec file; return the spec and its raw text."""
     p = Path(path)
     if not p.is_file():
         raise SpecError(str(path), [f"(file): no such spec file {path}"])
-    text = p.read_text(encoding="utf-8")
+    if p.stat().st_size > MAX_SPEC_BYTES:
+        raise SpecError(str(path), [f"(file): larger than {MAX_SPEC_BYTES} bytes ({p.stat().st_size}); a spec is "
+                                    "a page of settings"])
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(str(path), [f"(file): not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
     return parse_spec(text, str(path)), text

@@ -25,8 +25,25 @@ PROMPT_CONDITIONS = ("default", "template+bos", "template_no_bos", "no_template"
 CHAT_ONLY = ("template+bos", "template_no_bos", "no_template", "no_template_no_bos")
 
 
+# Upper bounds: far beyond any real run, low enough that a typo (10**9 steps) is refused at once.
+MAX_STEPS = 10_000_000
+MAX_WIDTH = 65_536  # hidden and intermediate sizes, heads
+MAX_LAYERS = 1024
+MAX_TOKENS = 1_048_576  # one sequence: prompt, window or continuation lengths
+MAX_BATCH = 1_048_576
+MAX_PROMPTS = 1_000_000
+MAX_NAME = 100
+NAME = Field(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9_.\-]+$")
+
+
+def Count(default, *, ge: int = 1, le: int, **kw):  # noqa: N802 (reads as a type in a field)
+    """An integer field: a YAML integer only (not true, 1.5 or "3"), within [ge, le]."""
+    return Field(default, ge=ge, le=le, strict=True, **kw)
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # finite floats only: an infinite learning rate or cost ratio is a typo, not a setting
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class PromptsFile(Strict):
@@ -64,10 +81,10 @@ class PromptsFile(Strict):
 
 
 class TrainTarget(Strict):
-    steps: int = Field(300, ge=1)
-    lr: float = Field(2e-3, gt=0)
-    batch_size: int = Field(16, ge=1)
-    seq_len: int = Field(128, ge=8)
+    steps: int = Count(300, le=MAX_STEPS)
+    lr: float = Field(2e-3, gt=0, le=10)
+    batch_size: int = Count(16, le=MAX_BATCH)
+    seq_len: int = Count(128, ge=8, le=MAX_TOKENS)
 
 
 class _HeadsDivide(Strict):
@@ -110,17 +127,17 @@ class _ModelSource(Strict):
 class BuiltinTarget(_HeadsDivide):
     """A tiny Llama-architecture target trained in-process on a built-in corpus."""
 
-    layers: int = Field(4, ge=4, description="at least 4 so low/mid/high captures are distinct")
-    hidden_size: int = Field(128, ge=16)
-    heads: int = Field(4, ge=1)
-    intermediate_size: int = Field(384, ge=16)
-    vocab_size: int = Field(1024, ge=300, le=65536)
+    layers: int = Count(4, ge=4, le=MAX_LAYERS, description="at least 4 so low/mid/high captures are distinct")
+    hidden_size: int = Count(128, ge=16, le=MAX_WIDTH)
+    heads: int = Count(4, le=MAX_WIDTH)
+    intermediate_size: int = Count(384, ge=16, le=MAX_WIDTH)
+    vocab_size: int = Count(1024, ge=300, le=65536)
     corpus: Corpus = "stdlib"
     train: TrainTarget = TrainTarget()
 
 
 class Target(_ModelSource):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    name: str = NAME
     builtin: BuiltinTarget | None = None
     hf: str | None = Field(None, description="Hugging Face id or local path of a causal LM")
     gguf: str | None = Field(None, description="a GGUF file: its name inside `hf` or `package`, or a path to it")
@@ -130,11 +147,11 @@ class Target(_ModelSource):
 
 
 class TrainDrafter(Strict):
-    ttt_depth: int = Field(2, ge=1, le=16)
-    steps: int = Field(200, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    batch_size: int = Field(16, ge=1)
-    seq_len: int = Field(128, ge=8)
+    ttt_depth: int = Count(2, le=16)
+    steps: int = Count(200, le=MAX_STEPS)
+    lr: float = Field(3e-3, gt=0, le=10)
+    batch_size: int = Count(16, le=MAX_BATCH)
+    seq_len: int = Count(128, ge=8, le=MAX_TOKENS)
     corpus: DrafterCorpus = "stdlib"
 
     @model_validator(mode="after")
@@ -145,14 +162,15 @@ class TrainDrafter(Strict):
 
 
 class Eagle3DrafterSpec(Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    name: str = NAME
     kind: Literal["eagle3"] = "eagle3"
     norm: Literal["pre", "post"] = "pre"
     fc_norm: bool = False
     fusion: Literal["tri", "last"] = "tri"
     attention: Literal["standard", "gated"] = "standard"
-    draft_vocab: int | None = Field(None, ge=16, description="most frequent target tokens the head covers")
-    capture_layers: list[Annotated[int, Field(ge=0)]] | None = Field(
+    draft_vocab: int | None = Count(None, ge=16, le=MAX_WIDTH * 64, description="most frequent target tokens the "
+                                                                                 "head covers")
+    capture_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS, strict=True)]] | None = Field(
         None, description="indices into the target's hidden_states; default: EAGLE-3's low/mid/high")
     train: TrainDrafter = TrainDrafter()
     path: str | None = Field(None, description="an EAGLE-3 checkpoint trained elsewhere (a folder or hub id, in "
@@ -202,17 +220,17 @@ class TrainStandalone(TrainTarget):
 class BuiltinStandalone(_HeadsDivide):
     """A small causal LM trained in-process with the target's tokenizer."""
 
-    layers: int = Field(2, ge=1)
-    hidden_size: int = Field(64, ge=16)
-    heads: int = Field(4, ge=1)
-    intermediate_size: int = Field(192, ge=16)
+    layers: int = Count(2, le=MAX_LAYERS)
+    hidden_size: int = Count(64, ge=16, le=MAX_WIDTH)
+    heads: int = Count(4, le=MAX_WIDTH)
+    intermediate_size: int = Count(192, ge=16, le=MAX_WIDTH)
     train: TrainStandalone = TrainStandalone()
 
 
 class StandaloneDrafterSpec(_ModelSource):
     """The classic draft/target pairing: an independent causal LM sharing the target's tokenizer."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    name: str = NAME
     kind: Literal["standalone"]
     builtin: BuiltinStandalone | None = None
     hf: str | None = Field(None, description="Hugging Face id or local path of a causal LM")
@@ -252,10 +270,11 @@ class TrainingData(Strict):
     answers as they are (data this target already regenerated elsewhere) and nothing is generated.
     One set per target, shared by all its drafters."""
 
-    tokens: int = Field(100_000, ge=256, description="tokens to generate per target, prompts and answers together")
-    max_new_tokens: int = Field(256, ge=1, description="longest answer, in tokens")
-    max_prompt_tokens: int = Field(256, ge=8, description="prompts longer than this are skipped")
-    batch_size: int = Field(16, ge=1, description="prompts answered together")
+    tokens: int = Count(100_000, ge=256, le=10**10, description="tokens to generate per target, prompts and answers "
+                                                                 "together")
+    max_new_tokens: int = Count(256, le=MAX_TOKENS, description="longest answer, in tokens")
+    max_prompt_tokens: int = Count(256, ge=8, le=MAX_TOKENS, description="prompts longer than this are skipped")
+    batch_size: int = Count(16, le=MAX_BATCH, description="prompts answered together")
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0: greedy answers")
     prompts: PromptsFile | None = Field(None, description="the questions from a prompts file, not the built-in corpus")
     answers: Literal["regenerate", "as_written"] = Field(
@@ -271,8 +290,8 @@ class TrainingData(Strict):
 
 
 class Pairing(Strict):
-    target: str
-    drafter: str
+    target: str = Field(max_length=MAX_NAME)
+    drafter: str = Field(max_length=MAX_NAME)
 
 
 def _condition_name(value):
@@ -281,8 +300,11 @@ def _condition_name(value):
         extra = set(value) - {"noise", "a"}
         if extra or value.get("noise") not in ("hidden", "embedding"):
             raise ValueError("a noise condition is {noise: hidden|embedding, a: <level>}")
-        level = float(value.get("a", 0.0))
-        if not 0 <= level <= 10:
+        level = value.get("a", 0.0)
+        if isinstance(level, bool) or not isinstance(level, (int, float)):
+            raise ValueError(f"noise level a must be a number, got {level!r}")
+        level = float(level)
+        if not 0 <= level <= 10:  # NaN fails this too
             raise ValueError(f"noise level a must lie in 0..10, got {level}")
         return f"{value['noise']}_noise@{level:g}"
     if value not in PROMPT_CONDITIONS:
@@ -295,17 +317,17 @@ Condition = Annotated[str | dict, AfterValidator(_condition_name)]
 
 
 class Evaluation(Strict):
-    max_depth: int = Field(6, ge=1, le=32)
-    temperatures: list[Annotated[float, Field(ge=0.0, le=2.0)]] = Field([0.0], min_length=1)
-    num_prompts: int = Field(32, ge=1)
-    prompt_len: int = Field(48, ge=8, description="prompt tokens (held-out text, or a chat turn up to the answer); "
+    max_depth: int = Count(6, le=32)
+    temperatures: list[Annotated[float, Field(ge=0.0, le=2.0)]] = Field([0.0], min_length=1, max_length=16)
+    num_prompts: int = Count(32, le=MAX_PROMPTS)
+    prompt_len: int = Count(48, ge=8, le=MAX_TOKENS, description="prompt tokens (held-out text, or a chat turn up to the answer); "
                                                   "a prompts file's longer conversations lose their earliest turns, "
                                                   "then the end of their last user turn")
-    continuation_len: int = Field(32, ge=1, description="target-generated tokens; one chain starts at each")
+    continuation_len: int = Count(32, le=MAX_TOKENS, description="target-generated tokens; one chain starts at each")
     corpus: Corpus = "stdlib"
-    conditions: list[Condition] = Field(["default"], min_length=1)
-    long_context_len: int = Field(512, ge=16, description="prompt tokens under the long_context condition")
-    answer_prefix: int = Field(4, ge=0, description="chat prompts end this many tokens into the reference answer; "
+    conditions: list[Condition] = Field(["default"], min_length=1, max_length=64)
+    long_context_len: int = Count(512, ge=16, le=MAX_TOKENS, description="prompt tokens under the long_context condition")
+    answer_prefix: int = Count(4, ge=0, le=MAX_TOKENS, description="chat prompts end this many tokens into the reference answer; "
                                                     "0: where the assistant's turn begins, as a served chat does")
     draft_sampling: Literal["sampled", "greedy"] = Field(
         "sampled", description="at temperature > 0: drafts drawn from the drafter's q and kept with min(1, p/q), or "
@@ -327,23 +349,26 @@ class Evaluation(Strict):
                              f"fewer than num_prompts {self.num_prompts}")
         if len(set(self.conditions)) != len(self.conditions):
             raise ValueError("conditions: each condition once")
+        if len(set(self.temperatures)) != len(self.temperatures):
+            raise ValueError(f"temperatures: each temperature once, got {self.temperatures}")
         return self
 
 
 class CostTiming(Strict):
     """How cost profiling times: what a profile_cost job's result depends on."""
 
-    context_len: int = Field(128, ge=1, description="cached context length the steps are timed at")
-    warmup: int = Field(5, ge=0)
-    repeats: int = Field(30, ge=1)
-    batch_sizes: list[Annotated[int, Field(ge=1)]] = Field([1], description="batch sizes to profile; the first is 1")
+    context_len: int = Count(128, le=MAX_TOKENS, description="cached context length the steps are timed at")
+    warmup: int = Count(5, ge=0, le=100_000)
+    repeats: int = Count(30, le=100_000)
+    batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_BATCH, strict=True)]] = Field(
+        [1], max_length=64, description="batch sizes to profile; the first is 1")
 
 
 class Cost(CostTiming):
     """The spec's `cost` section: the timing, and how the depth choice uses it."""
 
-    cost_ratio: float | None = Field(None, gt=0, description="override the measured draft/decode ratio")
-    max_batch_size: int = Field(256, ge=1, description="the per-batch-size schedule covers 1..max_batch_size")
+    cost_ratio: float | None = Field(None, gt=0, le=1000, description="override the measured draft/decode ratio")
+    max_batch_size: int = Count(256, le=MAX_BATCH, description="the per-batch-size schedule covers 1..max_batch_size")
 
     @model_validator(mode="after")
     def _batches(self):
@@ -357,11 +382,11 @@ class Cost(CostTiming):
 class Validation(Strict):
     """Run the real speculative engine at every depth and compare with the predicted speedup."""
 
-    num_prompts: int = Field(8, ge=1, description="held-out prompts decoded at every depth k = 0..max_depth")
-    new_tokens: int | None = Field(None, ge=2, description="tokens decoded per prompt and depth (default: "
+    num_prompts: int = Count(8, le=MAX_PROMPTS, description="held-out prompts decoded at every depth k = 0..max_depth")
+    new_tokens: int | None = Count(None, ge=2, le=MAX_TOKENS, description="tokens decoded per prompt and depth (default: "
                                                             "evaluation.continuation_len, as far as chains were measured)")
-    repeats: int = Field(1, ge=1, description="passes over the prompts")
-    warmup_prompts: int = Field(1, ge=0, description="prompts decoded untimed first, at every depth")
+    repeats: int = Count(1, le=1000, description="passes over the prompts")
+    warmup_prompts: int = Count(1, ge=0, le=MAX_PROMPTS, description="prompts decoded untimed first, at every depth")
     tolerance: float = Field(0.05, ge=0, lt=1, description="the chosen depth must reach (1 - tolerance) x "
                                                              "the best measured tokens/s")
     compare_hf: bool = Field(False, description="also time Hugging Face generate on the same prompts (and, for "
@@ -370,5 +395,5 @@ class Validation(Strict):
 
 
 class Resources(Strict):
-    num_cpus: float = Field(1, ge=0)
-    num_gpus: float = Field(0, ge=0)
+    num_cpus: float = Field(1, ge=0, le=4096)
+    num_gpus: float = Field(0, ge=0, le=1024)
