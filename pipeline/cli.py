@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -214,6 +215,13 @@ def _with_categories(store, rows: list[dict]) -> list[dict]:
     return [{**r, "categories": found.get(source[i], [])} for i, r in enumerate(rows)]
 
 
+def _in_range(option: str, value: float, low: float, high: float, *, low_open: bool = False) -> None:
+    """A finite number in [low, high] (or (low, high]), else a UserError naming the option."""
+    if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+        raise UserError(f"{option}: {value:g} is outside {interval}")
+
+
 def _show(rows: list[dict], as_json: bool, none_yet: str, table) -> None:
     """Rows as a JSON list, or as the table `table()` builds; none at all is an error on the table."""
     if as_json:
@@ -310,6 +318,9 @@ def autotune(
     if engine not in tune.ENGINES:
         raise UserError(f"--engine: unknown engine {engine!r}; use one of {', '.join(tune.ENGINES)}")
     tune.check_options(engine, engine_version, method, export_format, drafter_path)
+    _in_range("--temperature", temperature, 0.0, 2.0)
+    if cost_ratio is not None:
+        _in_range("--cost-ratio", cost_ratio, 0.0, 1000.0, low_open=True)
     store = _store(workdir, db)
     if from_metrics:
         try:

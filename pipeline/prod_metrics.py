@@ -7,7 +7,9 @@ accepted tokens and the accepted tokens per draft position. Two scrapes give a w
 """
 from __future__ import annotations
 
+import http.client
 import math
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,18 +36,52 @@ class SpecDecodeCounters:
     accepted_per_pos: tuple[float, ...]  # index i = draft position i (0-based)
 
 
-def read_source(source: str, timeout_s: float = 10.0) -> str:
-    """The exposition text of a file path or an http(s) URL."""
+MAX_BYTES = 64 << 20  # a /metrics page is kilobytes; a server answering more is not one
+READ_TIMEOUT_S = 30.0  # the whole answer, not each network read: a server trickling bytes is cut off
+MAX_POSITIONS = 256  # draft positions a server counts (depths beyond this are not speculative decoding)
+
+
+def read_source(source: str, timeout_s: float = READ_TIMEOUT_S) -> str:
+    """The exposition text of a file path or an http(s) URL: at most MAX_BYTES, UTF-8, and a URL
+    answered in full within timeout_s. Anything else is a UserError naming the source."""
     if source.startswith(("http://", "https://")):
+        blob = _fetch(source, timeout_s)
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise UserError(f"--from-metrics: no such file {source}")
+        if path.stat().st_size > MAX_BYTES:
+            raise UserError(f"--from-metrics: {source} is larger than {MAX_BYTES} bytes: not a metrics page")
         try:
-            with urllib.request.urlopen(source, timeout=timeout_s) as resp:  # noqa: S310 (user-given URL)
-                return resp.read().decode("utf-8")
+            blob = path.read_bytes()
         except OSError as exc:
-            raise UserError(f"--from-metrics: cannot read {source}: {exc}") from None
-    path = Path(source)
-    if not path.is_file():
-        raise UserError(f"--from-metrics: no such file {source}")
-    return path.read_text(encoding="utf-8")
+            raise UserError(f"--from-metrics: cannot read {source}: {exc.strerror or exc}") from None
+    try:
+        return blob.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"--from-metrics: {source} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _fetch(url: str, timeout_s: float) -> bytes:
+    deadline = time.monotonic() + timeout_s
+    chunks, size = [], 0
+    try:
+        with urllib.request.urlopen(url, timeout=min(timeout_s, 10.0)) as resp:  # noqa: S310 (user-given URL)
+            while chunk := resp.read1(1 << 16):
+                size += len(chunk)
+                if size > MAX_BYTES:
+                    raise UserError(f"--from-metrics: {url} answered more than {MAX_BYTES} bytes: not a metrics page")
+                if time.monotonic() > deadline:
+                    raise UserError(f"--from-metrics: {url} did not answer in full within {timeout_s:g} s")
+                chunks.append(chunk)
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, unreachable, bad URL or HTTP
+        raise UserError(f"--from-metrics: cannot read {url}: {_reason(exc)}") from None
+    return b"".join(chunks)
+
+
+def _reason(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+    return " ".join(str(reason).split())
 
 
 def parse_counters(text: str, model_name: str | None = None) -> SpecDecodeCounters:
@@ -55,8 +91,8 @@ def parse_counters(text: str, model_name: str | None = None) -> SpecDecodeCounte
     models: set[str] = set()
     try:
         families = list(text_string_to_metric_families(text))
-    except ValueError as exc:
-        raise UserError(f"--from-metrics: not a Prometheus text exposition ({exc})") from None
+    except Exception as exc:  # the parser raises ValueError, and worse on some malformed pages
+        raise UserError(f"--from-metrics: not a Prometheus text exposition ({_reason(exc)[:200]})") from None
     for family in families:
         for sample in family.samples:
             name = sample.name.removesuffix("_total")
@@ -67,11 +103,16 @@ def parse_counters(text: str, model_name: str | None = None) -> SpecDecodeCounte
             if model_name is not None and model != model_name:
                 continue
             key = name.removeprefix(PREFIX)
+            if key not in COUNTERS and key != "num_accepted_tokens_per_pos":
+                continue
+            value = sample.value
+            if not math.isfinite(value) or value < 0:
+                raise UserError(f"--from-metrics: counter {sample.name} is {value:g}: counters are finite and >= 0")
             if key == "num_accepted_tokens_per_pos":
-                pos = int(sample.labels["position"])
-                per_pos[pos] = per_pos.get(pos, 0.0) + sample.value
-            elif key in COUNTERS:
-                totals[key] = totals.get(key, 0.0) + sample.value
+                pos = _position(sample.labels.get("position"))
+                per_pos[pos] = per_pos.get(pos, 0.0) + value
+            else:
+                totals[key] = totals.get(key, 0.0) + value
     if model_name is None and len(models) > 1:
         raise UserError(f"--from-metrics: several models in the metrics ({sorted(m or '' for m in models)}); "
                         "name one with --model")
@@ -88,6 +129,13 @@ def parse_counters(text: str, model_name: str | None = None) -> SpecDecodeCounte
     name = model_name if model_name is not None else next(iter(models))
     return SpecDecodeCounters(name, totals["num_drafts"], totals["num_draft_tokens"], totals["num_accepted_tokens"],
                               tuple(per_pos[i] for i in range(len(per_pos))))
+
+
+def _position(label: str | None) -> int:
+    if label is None or not label.isdigit() or int(label) >= MAX_POSITIONS:
+        raise UserError(f"--from-metrics: a per-position counter has position label {label!r}; positions are "
+                        f"0..{MAX_POSITIONS - 1}")
+    return int(label)
 
 
 def _check_positions(totals: dict[str, float], per_pos: dict[int, float]) -> None:
