@@ -6,7 +6,9 @@ unchanged spec reuses its runs instead of duplicating them.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 from pathlib import Path
 
 from mlflow.entities import Metric, Param
@@ -16,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from db.secrets import MASK, is_secret_name, mask_secrets
 from pipeline.errors import UserError
 
+log = logging.getLogger(__name__)
 TAG_SPEC = "specfleet.spec_hash"
 TAG_JOB = "specfleet.job_hash"
 TAG_KIND = "specfleet.kind"
@@ -38,8 +41,14 @@ def flatten(d: dict, prefix: str = "") -> dict[str, str]:
 
 
 class Tracker:
-    def __init__(self, tracking_uri: str, artifact_root: str | None = None):
+    def __init__(self, tracking_uri: str, artifact_root: str | None = None, *, retry_s: float | None = None):
+        """retry_s: how long a call waits out an unreachable store (default: $SPECFLEET_MLFLOW_RETRY_S,
+        else 60). MLflow's own HTTP retries (minutes, per request) give way to that bound unless
+        MLFLOW_HTTP_REQUEST_MAX_RETRIES is set."""
         self.uri = tracking_uri
+        self.retry_s = retry_s if retry_s is not None else float(os.environ.get("SPECFLEET_MLFLOW_RETRY_S", 60))
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.artifact_root = artifact_root
 
@@ -62,15 +71,15 @@ class Tracker:
                     os.environ[name] = value
 
     def experiment_id(self, name: str) -> str:
-        exp = self.client.get_experiment_by_name(name)
+        exp = self._call(self.client.get_experiment_by_name, name)
         if exp is not None:
             return exp.experiment_id
         location = Path(self.artifact_root).resolve().as_uri() if self.artifact_root else None
-        return self.client.create_experiment(name, artifact_location=location)
+        return self._call(self.client.create_experiment, name, artifact_location=location)
 
     def _find(self, experiment_id: str, tag: str, value: str, statuses=("FINISHED", "RUNNING")):
-        runs = self.client.search_runs(
-            [experiment_id], filter_string=f"tags.`{tag}` = '{value}'", max_results=50,
+        runs = self._call(
+            self.client.search_runs, [experiment_id], filter_string=f"tags.`{tag}` = '{value}'", max_results=50,
             order_by=["attributes.start_time DESC"],
         )
         return next((r for r in runs if r.info.status in statuses), None)
@@ -80,16 +89,17 @@ class Tracker:
         exp_id = self.experiment_id(experiment)
         found = self._find(exp_id, TAG_SPEC, spec_hash, statuses=("FINISHED", "RUNNING", "FAILED", "KILLED"))
         if found is not None:
-            self.client.update_run(found.info.run_id, status="RUNNING")
+            self._call(self.client.update_run, found.info.run_id, status="RUNNING")
             return exp_id, found.info.run_id
-        run = self.client.create_run(exp_id, run_name=experiment, tags={TAG_SPEC: spec_hash, TAG_KIND: "experiment", **tags})
+        run = self._call(self.client.create_run, exp_id, run_name=experiment,
+                         tags={TAG_SPEC: spec_hash, TAG_KIND: "experiment", **tags})
         self._log_params(run.info.run_id, params)
         return exp_id, run.info.run_id
 
     def start_job(self, experiment_id: str, parent_run_id: str, *, job_hash: str, kind: str, name: str,
                   params: dict, tags: dict) -> str:
-        run = self.client.create_run(
-            experiment_id, run_name=name,
+        run = self._call(
+            self.client.create_run, experiment_id, run_name=name,
             tags={PARENT_TAG: parent_run_id, TAG_JOB: job_hash, TAG_KIND: kind, **tags},
         )
         self._log_params(run.info.run_id, params)
@@ -103,13 +113,13 @@ class Tracker:
         self._batch(run_id, metrics=[Metric(name, float(v), 0, int(step)) for step, v in points])
 
     def log_artifacts(self, run_id: str, folder: str | Path, artifact_path: str | None = None) -> None:
-        self.client.log_artifacts(run_id, str(folder), artifact_path)
+        self._call(self.client.log_artifacts, run_id, str(folder), artifact_path)
 
     def log_artifact(self, run_id: str, path: str | Path) -> None:
-        self.client.log_artifact(run_id, str(path))
+        self._call(self.client.log_artifact, run_id, str(path))
 
     def end(self, run_id: str, ok: bool) -> None:
-        self.client.set_terminated(run_id, status="FINISHED" if ok else "FAILED")
+        self._call(self.client.set_terminated, run_id, status="FINISHED" if ok else "FAILED")
 
     def _log_params(self, run_id: str, params: dict) -> None:
         flat = flatten(params)
@@ -118,6 +128,47 @@ class Tracker:
     def _batch(self, run_id: str, metrics=(), params=()) -> None:
         metrics, params = list(metrics), list(params)
         for i in range(0, max(len(metrics), len(params), 1), 100):  # MLflow caps a batch at 100 params
-            self.client.log_batch(run_id, metrics=metrics[i : i + 100], params=params[i : i + 100],
-                                  tags=[])
+            self._call(self.client.log_batch, run_id, metrics=metrics[i : i + 100], params=params[i : i + 100],
+                       tags=[])
+
+    def _call(self, method, *args, **kwargs):
+        """One MLflow call, retried with backoff while the tracking store is unreachable or busy, for
+        up to retry_s seconds; then one UserError naming the store. Other MLflow errors go through."""
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.1
+        while True:
+            try:
+                return method(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 (sorted by _transient: the rest is raised as it is)
+                if not _transient(exc):
+                    raise
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise UserError(f"MLflow tracking store {mask_secrets(self.uri)} unavailable for {self.retry_s:g} s "
+                                    f"(SPECFLEET_MLFLOW_RETRY_S): {mask_secrets(_first_line(exc))}") from None
+                wait = min(delay, remaining)
+                log.warning("MLflow %s: %s; retrying in %.2f s", method.__name__, mask_secrets(_first_line(exc)), wait)
+                time.sleep(wait)
+                delay = min(2 * delay, 2.0)
+
+
+# What an unreachable or busy tracking store says, through the REST client or a SQL store.
+_TRANSIENT_TEXT = ("Max retries exceeded", "Connection refused", "Connection aborted", "Connection reset",
+                   "RemoteDisconnected", "timed out", "database is locked", "could not connect", "server closed",
+                   "connection failed", "Temporary failure", "503", "502", "504")
+
+
+def _transient(exc: BaseException) -> bool:
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    if isinstance(exc, (OSError, OperationalError, InterfaceError)):
+        return True
+    if isinstance(exc, MlflowException):
+        return exc.error_code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED") or \
+            any(t in str(exc) for t in _TRANSIENT_TEXT)
+    return type(exc).__module__.startswith(("requests", "urllib3"))
+
+
+def _first_line(exc: BaseException) -> str:
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:300]
 

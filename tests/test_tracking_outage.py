@@ -1,0 +1,91 @@
+"""MLflow as a shared service: an `mlflow server` on 127.0.0.1 backed by PostgreSQL, reached through a
+proxy the test takes down. Calls wait out the outage and log once; a longer one is one clear error."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from sqlalchemy import make_url
+from tcp_proxy import TcpProxy
+from test_store import _fresh_pg_database
+
+from pipeline.errors import UserError
+from pipeline.tracking import Tracker
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """(proxy, tracking URI through it): an MLflow server whose store is a fresh PostgreSQL database."""
+    artifacts = tmp_path_factory.mktemp("mlflow-artifacts")
+    for db in _fresh_pg_database():
+        port = _free_port()
+        server = subprocess.Popen(
+            [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
+             make_url(db).render_as_string(hide_password=False), "--default-artifact-root", str(artifacts),
+             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or server.poll() is not None:
+                        pytest.fail("mlflow server did not start within 90 s")
+                    time.sleep(0.5)
+            proxy = TcpProxy(port)
+            yield proxy, f"http://127.0.0.1:{proxy.port}"
+            proxy.down()
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def test_a_tracking_outage_is_ridden_out_and_logged_once(mlflow_server, caplog):
+    proxy, uri = mlflow_server
+    tracker = Tracker(uri, retry_s=30)
+    tracker.check()
+    exp, parent = tracker.parent_run(experiment="outage", spec_hash="s1", params={"a": 1}, tags={})
+    run = tracker.start_job(exp, parent, job_hash="j1", kind="measure_curve", name="m", params={"b": 2}, tags={})
+    proxy.down()
+    done = threading.Event()
+    writer = threading.Thread(target=lambda: (tracker.log_series(run, "accept_len", [(1, 1.5), (2, 1.8)]),
+                                              done.set()))
+    writer.start()
+    time.sleep(2.0)
+    assert not done.is_set()  # waiting for the server, not failed
+    proxy.up()
+    writer.join(timeout=60)
+    assert done.is_set()
+    tracker.end(run, ok=True)
+    history = tracker.client.get_metric_history(run, "accept_len")
+    assert sorted((m.step, m.value) for m in history) == [(1, 1.5), (2, 1.8)]  # once each
+    assert tracker.client.get_run(run).info.status == "FINISHED"
+    assert any("retrying in" in r.getMessage() for r in caplog.records)
+
+
+def test_an_outage_longer_than_the_bound_is_one_error(mlflow_server):
+    proxy, uri = mlflow_server
+    tracker = Tracker(uri, retry_s=2)
+    exp, parent = tracker.parent_run(experiment="outage-long", spec_hash="s2", params={}, tags={})
+    proxy.down()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(UserError, match=r"MLflow tracking store http://127.0.0.1:\d+ unavailable for 2 s") as caught:
+            tracker.log_metrics(parent, {"x": 1.0})
+        assert time.monotonic() - t0 < 40 and "\n" not in str(caught.value)
+    finally:
+        proxy.up()
