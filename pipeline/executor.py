@@ -180,6 +180,7 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, con
             ref = cl.submit(job, deps)
             submitted[job.hash], pending[ref] = ref, job.hash
         view = ProgressView(console, jobs, cached=set(summary.cached))
+        seen: dict[str, float] = {}  # job hash -> when the board first showed it started
         with view:
             while pending:
                 done = cl.wait(list(pending), timeout=0.3)
@@ -187,9 +188,17 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, con
                 for h in board:
                     if h not in runs and h in submitted:
                         runs[h] = _start_run(ctx, jobs[h])
+                    seen.setdefault(h, time.monotonic())
                 for ref in done:
                     h = pending.pop(ref)
                     _finish(ctx, cl, jobs[h], ref, runs, summary)
+                for ref, h in list(pending.items()):
+                    limit = jobs[h].time_limit_s
+                    if limit is not None and h in seen and time.monotonic() - seen[h] > limit:
+                        cl.cancel([ref])  # its downstream jobs then fail as "not run"
+                        pending.pop(ref)
+                        _record_failure(ctx, h, runs, summary, f"timed out: ran longer than "
+                                                               f"resources.{jobs[h].kind}.time_limit_s = {limit:g} s")
                 view.update(board, summary)
     except BaseException:  # interrupted or a store/MLflow failure: leave nothing marked running
         cl.cancel(list(pending))
@@ -221,7 +230,9 @@ def _finish(ctx: Context, cl: Cluster, job: Job, ref, runs: dict, summary: RunSu
         result = cl.get(ref)
     except Exception as exc:  # a worker's exception (wrapped by Ray): record it, keep going
         started = job.hash in runs
-        reason = _one_line(exc) if started else f"not run: an upstream job failed ({_one_line(exc)})"
+        upstream = next((ctx.jobs[h].name for _, h in job.deps if h in summary.failed), None)
+        reason = _one_line(exc) if started else \
+            f"not run: its input {upstream} failed" if upstream else f"not run: an upstream job failed ({_one_line(exc)})"
         _record_failure(ctx, job.hash, runs, summary, reason)
         return
     if job.hash not in runs:  # finished between two polls of the progress board

@@ -30,6 +30,7 @@ class Job:
     num_gpus: float
     target: str | None = None
     drafter: str | None = None
+    time_limit_s: float | None = None  # stopped and failed when it runs longer (resources.<kind>.time_limit_s)
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def build_plan(spec: ExperimentSpec, code_version: Callable[[tuple[str, ...] | N
         h = job_hash(kind, config.hashed(), deps, version(entry.code_of(config)))
         if h not in jobs:
             jobs[h] = Job(kind, name, config, tuple(sorted(deps.items())), h, res.num_cpus, res.num_gpus,
-                          target, drafter)
+                          target, drafter, res.time_limit_s)
         return h
 
     trained_targets: dict[str, str] = {}

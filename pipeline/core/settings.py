@@ -397,3 +397,5 @@ class Validation(Strict):
 class Resources(Strict):
     num_cpus: float = Field(1, ge=0, le=4096)
     num_gpus: float = Field(0, ge=0, le=1024)
+    time_limit_s: float | None = Field(None, gt=0, le=30 * 86400, description="a job of this kind running longer "
+                                                                           "is stopped and fails (on Ray)")
