@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import select, update
@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db import queries, writes
 from db.engine import mask_url, open_database
+from db.owners import owner_gone
 from db.errors import StoreError, one_line
 from db.queries import BEST_KEYS, DIAGNOSTIC_KEYS, SPEEDUP_KEYS, TUNED_KEYS, TUNED_OPTIONAL_KEYS
 from db.tables import Base, Experiment, ExperimentJob, Job, utc_now
@@ -137,10 +138,46 @@ class Store:
             return json.loads(job.result_json)
         return self._read(body)
 
-    def mark_running(self, job_hash: str, *, mlflow_run_id: str | None) -> None:
-        """Start a new attempt: counts it, stamps started_at, forgets the last attempt's error."""
+    def claim(self, job_hashes: Sequence[str], *, owner: str, lease_s: float,
+              rerun: Sequence[str] = ()) -> dict[str, str]:
+        """Claim jobs for driver `owner`, all or none, under a lease of `lease_s` seconds.
+
+        Returns {job hash: owner} of those a live other driver holds (then nothing is claimed: wait
+        and claim again), else {}: all are claimed. A claim is taken from another owner only
+        when its lease ran out or its process on this host has ended. A job already done is
+        claimed only when listed in `rerun` (its checkpoint was lost), else left as it is.
+        """
+        def body(session: Session):
+            now = utc_now()
+            jobs = list(session.scalars(select(Job).where(Job.job_hash.in_(list(job_hashes))).with_for_update()))
+            held = {j.job_hash: j.owner for j in jobs if j.owner not in (None, owner) and j.lease_until is not None
+                    and j.lease_until > now and not owner_gone(j.owner)}
+            if held:
+                return held
+            for job in jobs:
+                if job.status == "done" and job.job_hash not in rerun:
+                    continue
+                if job.status == "running" and job.owner != owner:  # its driver died mid-job
+                    job.status, job.error = "failed", f"its driver {job.owner} ended while it ran"
+                job.owner, job.lease_until = owner, now + timedelta(seconds=lease_s)
+            return {}
+        return self._write("claim", body)
+
+    def renew(self, owner: str, *, lease_s: float) -> int:
+        """Extend the lease of every unfinished job `owner` holds; how many there were."""
+        def body(session: Session):
+            result = session.execute(
+                update(Job).where(Job.owner == owner, Job.lease_until.is_not(None))
+                .values(lease_until=utc_now() + timedelta(seconds=lease_s)))
+            return result.rowcount
+        return self._write("renew", body)
+
+    def mark_running(self, job_hash: str, *, mlflow_run_id: str | None, owner: str | None = None) -> None:
+        """Start a new attempt: counts it, stamps started_at, forgets the last attempt's error.
+        With `owner`, only while that driver holds the job."""
         def body(session: Session):
             job = _job(session, job_hash)
+            _check_owner(job, owner)
             job.status = "running"
             job.attempts = Job.attempts + 1
             job.started_at = utc_now()
@@ -150,9 +187,13 @@ class Store:
             job.mlflow_run_id = mlflow_run_id
         return self._write("mark_running", body)
 
-    def mark_failed(self, job_hash: str, *, error: str) -> None:
+    def mark_failed(self, job_hash: str, *, error: str, owner: str | None = None) -> None:
+        """Record a failed attempt. A job that is done, or (with `owner`) held by another driver
+        now, is left as it is: a failure never overwrites a finished result."""
         def body(session: Session):
             job = _job(session, job_hash)
+            if job.status == "done" or (owner is not None and job.owner != owner):
+                return
             _finish(job, status="failed")
             job.error = error
         return self._write("mark_failed", body)
@@ -167,6 +208,7 @@ class Store:
         speedup_checks: Sequence[dict] | None = None,
         tuned: dict | None = None,
         category_depths: Sequence[dict] | None = None,
+        owner: str | None = None,
     ) -> None:
         """Store a job's result, its measured rows and its tuned config in one transaction.
 
@@ -181,10 +223,12 @@ class Store:
         [[lo, hi, k], ...], and the curve, cost and drafter job hashes it came from). It becomes
         a new version (source 'offline'), the active one of its workload (target, drafter,
         hardware, condition); a job adds at most one version, so a replay leaves it as it is.
-        Any bad entry raises StoreError and writes nothing.
+        Any bad entry raises StoreError and writes nothing. With `owner`, only while that driver
+        holds the job (one whose lease another driver took over cannot overwrite its result).
         """
         def body(session: Session):
             job = _job(session, job_hash)
+            _check_owner(job, owner)
             _finish(job, status="done")
             job.result_json = _to_json(result, what=f"result of job {job_hash}")
             job.error = None
@@ -361,7 +405,13 @@ def _job(session: Session, job_hash: str) -> Job:
     return job
 
 
+def _check_owner(job: Job, owner: str | None) -> None:
+    if owner is not None and job.owner != owner:
+        raise StoreError(f"job {job.job_hash} is held by driver {job.owner}, not {owner}: its lease ran out")
+
+
 def _finish(job: Job, *, status: str) -> None:
+    job.lease_until = None  # the claim ends with the attempt
     job.status = status
     job.finished_at = utc_now()
     job.duration_s = _seconds_between(job.started_at, job.finished_at)

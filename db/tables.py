@@ -123,6 +123,9 @@ class Job(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     duration_s: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utc_now)
+    # the driver that claimed it last (db/owners.py), and until when its claim holds unless renewed
+    owner: Mapped[str | None] = mapped_column(String(NAME_LEN))
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class ExperimentJob(Base):

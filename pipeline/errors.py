@@ -15,8 +15,9 @@ class SpecError(UserError):
 
     def __init__(self, source: str, messages: list[str]):
         self.source = source
-        self.messages = messages
-        super().__init__(f"{source}: {len(messages)} error(s)\n" + "\n".join(messages))
+        # one line each, whatever characters the spec's keys and values held
+        self.messages = [m.replace("\r", "\\r").replace("\n", "\\n") for m in messages]
+        super().__init__(f"{source}: {len(messages)} error(s)\n" + "\n".join(self.messages))
 
 
 class ResourceError(UserError):

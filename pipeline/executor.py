@@ -11,12 +11,14 @@ finished, and record results as they arrive.
 """
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from db.owners import new_owner
 from db.secrets import mask_secrets
 from pipeline.core.files import clean_partials
 from pipeline.core.kinds import kind as job_kind
@@ -74,12 +76,37 @@ class RunSummary:
     report: Path | None = None  # the plot of every pairing's curve
 
 
+class OwnedStore:
+    """The store as one driver writes it: job updates only while that driver holds the job, so a
+    driver whose lease another one took over cannot overwrite what that one records."""
+
+    def __init__(self, store, owner: str):
+        self.store, self.owner = store, owner
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def mark_running(self, job_hash: str, **kw):
+        return self.store.mark_running(job_hash, owner=self.owner, **kw)
+
+    def mark_done(self, job_hash: str, **kw):
+        return self.store.mark_done(job_hash, owner=self.owner, **kw)
+
+    def mark_failed(self, job_hash: str, **kw):
+        return self.store.mark_failed(job_hash, owner=self.owner, **kw)
+
+
+LEASE_S = float(os.environ.get("SPECFLEET_LEASE_S", 60))  # a driver renews its claims every third of it
+WAIT_POLL_S = 2.0  # how often a driver waiting for another's jobs looks again
+
+
 @dataclass
 class Context:
     plan: Plan
     store: object
     tracker: Tracker
     checkpoints: Path
+    owner: str = field(default_factory=new_owner)
     experiment_id: int = 0
     mlflow_experiment: str = ""
     parent_run: str = ""
@@ -94,11 +121,13 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
     """Run `plan`; `connect` is called only when some job has to run."""
     t0 = time.perf_counter()
     ctx = Context(plan, store, tracker, workdir / "checkpoints")
+    ctx.store = OwnedStore(store, ctx.owner)
     for left in clean_partials(ctx.checkpoints):  # folders a killed run was still writing
         console.print(f"removed {left.name}: a half-written checkpoint of a run that ended")
     reusable = _reusable(ctx)
     if len(reusable) == len(plan.jobs):  # nothing to run: no cluster needed
         summary = _open_experiment(ctx, spec, spec_text, "no cluster needed")
+        ctx.tracker.end_abandoned(ctx.mlflow_experiment, done=set(reusable), claimed=set())
         summary.cached = list(reusable)
         summary.report = _report(ctx, workdir / "reports" / f"{spec.name}-curves.png", spec.name)
         tracker.end(ctx.parent_run, ok=True)
@@ -110,6 +139,7 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
         about = cl.check_resources(requests)
         summary = _open_experiment(ctx, spec, spec_text, about)
         try:
+            reusable = _claim(ctx, reusable, console)
             _execute(ctx, cl, summary, reusable, console)
             summary.report = _report(ctx, workdir / "reports" / f"{spec.name}-curves.png", spec.name)
         except BaseException:
@@ -151,6 +181,23 @@ def _report(ctx: Context, path: Path, name: str) -> Path | None:
     return path
 
 
+def _claim(ctx: Context, reusable: dict, console) -> dict:
+    """Claim every job this run has to run, all at once; while another live driver holds some,
+    hold nothing and wait (so two drivers never wait on each other), then look again: what the
+    other one finished is reused. Jobs a dead driver left are taken over, and the MLflow runs it
+    left running ended as killed. Returns the reusable results as they are now."""
+    while True:
+        to_run = [j.hash for j in ctx.plan.jobs if j.hash not in reusable]
+        rerun = [h for h in to_run if ctx.store.finished_result(h) is not None]  # done, but its files are gone
+        held = ctx.store.claim(to_run, owner=ctx.owner, lease_s=LEASE_S, rerun=rerun)
+        if not held:
+            ctx.tracker.end_abandoned(ctx.mlflow_experiment, done=set(reusable), claimed=set(to_run))
+            return reusable
+        console.print(f"waiting: driver {sorted(set(held.values()))[0]} holds {len(held)} of this run's jobs")
+        time.sleep(WAIT_POLL_S)
+        reusable = _reusable(ctx)
+
+
 def _reusable(ctx: Context) -> dict[str, object]:
     """Finished jobs whose typed results (and checkpoints) are still there."""
     out = {}
@@ -181,8 +228,12 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, con
             submitted[job.hash], pending[ref] = ref, job.hash
         view = ProgressView(console, jobs, cached=set(summary.cached))
         seen: dict[str, float] = {}  # job hash -> when the board first showed it started
+        renewed = time.monotonic()
         with view:
             while pending:
+                if time.monotonic() - renewed > LEASE_S / 3:  # the heartbeat: our claims stay ours
+                    ctx.store.renew(ctx.owner, lease_s=LEASE_S)
+                    renewed = time.monotonic()
                 done = cl.wait(list(pending), timeout=0.3)
                 board = cl.progress()
                 for h in board:

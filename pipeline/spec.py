@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -128,6 +129,8 @@ def _field_path(loc: tuple) -> str:
             out += f"[{part}]"
         elif str(part).startswith(("function-after", "function-wrap", "tagged-union")):
             continue  # pydantic's internal validator names are not fields the user wrote
+        elif not re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+", str(part)):
+            out += f"[{str(part)!r}]"  # a key with spaces, newlines or other odd characters, quoted
         else:
             out += ("." if out else "") + str(part)
     return out or "(top level)"

@@ -5,6 +5,7 @@ unchanged spec reuses its runs instead of duplicating them.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -49,8 +50,23 @@ class Tracker:
         self.retry_s = retry_s if retry_s is not None else float(os.environ.get("SPECFLEET_MLFLOW_RETRY_S", 60))
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
-        self.client = MlflowClient(tracking_uri=tracking_uri)
         self.artifact_root = artifact_root
+        if tracking_uri.startswith("sqlite:///"):
+            self.client = self._sqlite_client(Path(tracking_uri.removeprefix("sqlite:///")))
+        else:
+            self.client = MlflowClient(tracking_uri=tracking_uri)
+
+    def _sqlite_client(self, path: Path) -> MlflowClient:
+        """The client of a local SQLite tracking store, created (and migrated: the client does it
+        when it starts) under a file lock: MLflow's own schema setup fails when two processes
+        create one store at once."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_name(path.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                return MlflowClient(tracking_uri=self.uri)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def check(self) -> None:
         """Reach the tracking store once, so a bad URI fails before anything is written (a server
@@ -117,6 +133,20 @@ class Tracker:
 
     def log_artifact(self, run_id: str, path: str | Path) -> None:
         self._call(self.client.log_artifact, run_id, str(path))
+
+    def end_abandoned(self, experiment_id: str, *, done: set[str], claimed: set[str]) -> int:
+        """End the runs a dead driver left RUNNING in the experiment: those of jobs that are done
+        (it died between recording and ending the run) as FINISHED, those of jobs this driver has
+        just claimed as KILLED. Returns how many."""
+        runs = self._call(self.client.search_runs, [experiment_id], filter_string="attributes.status = 'RUNNING'",
+                          max_results=1000)
+        ended = 0
+        for r in runs:
+            job = r.data.tags.get(TAG_JOB)
+            if job in done or job in claimed:
+                self._call(self.client.set_terminated, r.info.run_id, status="FINISHED" if job in done else "KILLED")
+                ended += 1
+        return ended
 
     def end(self, run_id: str, ok: bool) -> None:
         self._call(self.client.set_terminated, run_id, status="FINISHED" if ok else "FAILED")

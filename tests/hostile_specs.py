@@ -107,4 +107,5 @@ HOSTILE: list[tuple[str, str | bytes, str]] = [
     ("prompts file missing", spec(evaluation={"prompts": "/nonexistent/p.jsonl"}), "evaluation.prompts"),
     ("prompts a number", spec(evaluation={"prompts": 3}), "evaluation.prompts"),
     ("duplicate key", "name: h\nname: h2\n", "key given twice"),
+    ("key with a newline", 'name: h\nevaluation: {"\\n": 1}\n', "evaluation['\\n']: unknown key"),  # found by fuzzing
 ]

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from db.owners import process_alive
+
 Files = dict[str, bytes]
 
 
@@ -96,23 +98,13 @@ def clean_partials(root: str | Path) -> list[Path]:
     for path in Path(root).glob(f".*{PART}*") if Path(root).is_dir() else ():
         owner = path.name.split(PART, 1)[1]
         who, _, pid = owner.rsplit("-", 1)[0].rpartition("-")
-        if who == host and pid.isdigit() and not _alive(int(pid)):
+        if who == host and pid.isdigit() and not process_alive(int(pid)):
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
             removed.append(path)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def write_dir(files: Files, folder: str | Path, digest: str | None = None) -> Path:
