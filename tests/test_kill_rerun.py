@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from db.store import Store
 
 SCRIPT = Path(__file__).parent / "kill_driver.py"
-KILLS = [("claim", 1), ("job", 4), ("mlflow-run", 3), ("record", 2), ("done", 5), ("done", 11)]
+KILLS = [("claim", 1), ("job", 4), ("mlflow-run", 3), ("record", 2), ("done", 11)]
 
 
 def drive(workdir: Path, *kill: str) -> int:
