@@ -107,7 +107,9 @@ def connect(address: str | None) -> RayCluster:
         cluster = RayCluster(started_here=False, address=address)
     else:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+        # address="local": always a new cluster of this process's own, on loopback, never one a
+        # `ray start` or a stale session record on this machine points at
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
                  _node_ip_address="127.0.0.1", configure_logging=False)
         cluster = RayCluster(started_here=True, address="local")
     cluster.board = ProgressBoard.remote()

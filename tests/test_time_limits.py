@@ -1,9 +1,10 @@
 """resources.<kind>.time_limit_s: a job that runs longer is stopped on Ray and fails, naming the limit;
-the jobs that needed it fail as not run, naming it."""
+the jobs that needed it fail as not run, naming it. The run starts its own local Ray cluster although
+another one runs on this machine (the two-node one of test_end_to_end), and leaves that one alone."""
 from __future__ import annotations
 
 import yaml
-from test_end_to_end import specfleet
+from test_end_to_end import ray_cluster, specfleet  # noqa: F401 (a fixture)
 
 from db.store import Store
 
@@ -14,10 +15,11 @@ SPEC = {"name": "tl", "targets": [{"name": "t", "builtin": {
         "resources": {"train_target": {"num_cpus": 1, "time_limit_s": 3}}}
 
 
-def test_a_job_past_its_time_limit_is_stopped_and_named(tmp_path):
+def test_a_job_past_its_time_limit_is_stopped_and_named(tmp_path, ray_cluster):  # noqa: F811
     (tmp_path / "tl.yaml").write_text(yaml.safe_dump(SPEC))
-    done = specfleet("run", "tl.yaml", cwd=tmp_path)
+    done = specfleet("run", "tl.yaml", cwd=tmp_path)  # no --address: a cluster of its own
     assert done.returncode == 1, done.stderr[-2000:]
+    assert "on 1 node(s)" in done.stdout  # not the running two-node cluster
     with Store(f"sqlite:///{tmp_path / '.specfleet' / 'specfleet.db'}") as store:
         jobs = {j["name"]: j for j in store.jobs()}
     target = jobs["train_target t"]
