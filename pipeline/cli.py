@@ -16,6 +16,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from db.secrets import mask_secrets
 from pipeline.errors import SpecError, UserError
@@ -272,24 +273,47 @@ def _benchmarks(store, rows: list[dict]) -> list[tuple[str, str, object]]:
 
 
 @app.command()
-def status(workdir: WorkdirOpt = Path(".specfleet"), db: DbOpt = None):
-    """Experiments and their jobs."""
+def status(
+    job: Annotated[Optional[str], typer.Option("--job", help="One job in full (its name or a hash prefix): "
+                                                           "state, owner and the whole traceback of a failure.")] = None,
+    workdir: WorkdirOpt = Path(".specfleet"),
+    db: DbOpt = None,
+):
+    """Experiments and their jobs (a failed job's first error line; --job for all of it)."""
     store = _store(workdir, db)
     try:
+        if job is not None:
+            _show_job(store.jobs(), job)
+            return
         for exp in store.experiments():
             c = exp["job_counts"]
             out.print(f"[bold]{exp['name']}[/bold] id {exp['id']} spec {exp['spec_hash'][:10]} "
                       f"created {exp['created_at']}: done {c['done']}, running {c['running']}, "
                       f"pending {c['pending']}, failed {c['failed']}")
             table = Table(show_header=True)
-            for col in ("kind", "name", "status", "attempts", "seconds", "mlflow run"):
+            for col in ("kind", "name", "status", "attempts", "seconds", "mlflow run", "error"):
                 table.add_column(col)
             for j in store.jobs(exp["id"]):
                 secs = f"{j['duration_s']:.1f}" if j["duration_s"] is not None else ""
-                table.add_row(j["kind"], j["name"], j["status"], str(j["attempts"]), secs, j["mlflow_run_id"] or "")
+                first = (j["error"] or "").split("\n", 1)[0] if j["status"] == "failed" else ""
+                table.add_row(j["kind"], j["name"], j["status"], str(j["attempts"]), secs, j["mlflow_run_id"] or "",
+                              Text(first[:100]))  # plain text: an error may hold [brackets]
             out.print(table)
     finally:
         store.close()
+
+
+def _show_job(jobs: list[dict], wanted: str) -> None:
+    found = [j for j in jobs if j["name"] == wanted or j["job_hash"].startswith(wanted)]
+    if len(found) != 1:
+        raise UserError(f"--job: {len(found)} jobs match {wanted!r}" + (
+            f" ({', '.join(j['name'] for j in found[:5])}); give more of the hash" if found else ""))
+    j = found[0]
+    for key in ("name", "kind", "job_hash", "status", "attempts", "duration_s", "started_at", "finished_at",
+                "mlflow_run_id"):
+        sys.stdout.write(f"{key}: {j[key] if j[key] is not None else ''}\n")
+    if j["error"]:
+        sys.stdout.write("error:\n" + j["error"] + "\n")
 
 
 @app.command()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,10 +260,13 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, con
         raise
 
 
-def _record_failure(ctx: Context, h: str, runs: dict, summary: RunSummary, reason: str) -> None:
+def _record_failure(ctx: Context, h: str, runs: dict, summary: RunSummary, reason: str,
+                    detail: str | None = None) -> None:
+    """The job failed: its one-line reason is printed and stored, with the whole traceback (which
+    `specfleet status --job` shows) under it in the database."""
     if h in runs:
         ctx.tracker.end(runs[h], ok=False)
-    ctx.store.mark_failed(h, error=reason)
+    ctx.store.mark_failed(h, error=reason if not detail else f"{reason}\n{detail}")
     summary.failed[h] = reason
 
 
@@ -284,7 +288,7 @@ def _finish(ctx: Context, cl: Cluster, job: Job, ref, runs: dict, summary: RunSu
         upstream = next((ctx.jobs[h].name for _, h in job.deps if h in summary.failed), None)
         reason = _one_line(exc) if started else \
             f"not run: its input {upstream} failed" if upstream else f"not run: an upstream job failed ({_one_line(exc)})"
-        _record_failure(ctx, job.hash, runs, summary, reason)
+        _record_failure(ctx, job.hash, runs, summary, reason, detail=_traceback(exc) if started else None)
         return
     if job.hash not in runs:  # finished between two polls of the progress board
         runs[job.hash] = _start_run(ctx, job)
@@ -305,6 +309,13 @@ def _finish(ctx: Context, cl: Cluster, job: Job, ref, runs: dict, summary: RunSu
         return
     ctx.tracker.end(run_id, ok=True)
     summary.done.append(job.hash)
+
+
+def _traceback(exc: BaseException, limit: int = 20_000) -> str:
+    """The whole story of a worker's failure: Ray's error carries the remote traceback in its text;
+    an in-process one has its own. Secrets masked, the end kept when it is long."""
+    text = str(exc) if "Traceback" in str(exc) else "".join(traceback.format_exception(exc))
+    return mask_secrets(text.strip())[-limit:]
 
 
 def _one_line(exc: BaseException) -> str:

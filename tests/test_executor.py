@@ -212,3 +212,27 @@ def test_a_failure_before_any_job_runs_ends_the_experiment_failed(env, monkeypat
     assert jobs["train_target t"] == ("done", 1)
     assert {status for name, (status, _) in jobs.items() if name != "train_target t"} == {"failed"}
     assert "RUNNING" not in mlflow_statuses(tmp_path)
+
+
+def test_a_failed_jobs_whole_traceback_is_kept_and_shown(env):
+    """The run prints and stores one line; `specfleet status --job` shows the traceback under it."""
+    import subprocess
+    import sys
+
+    tmp_path, store, _ = env
+    run(env, failing(lambda kind, config: kind == "train_drafter" and config.drafter.name == "pre",
+                     ValueError("bad shape (3, 4)")))
+    (job,) = [j for j in store.jobs() if j["name"] == "train_drafter t/pre"]
+    first, _, rest = job["error"].partition("\n")
+    assert first == "ValueError: bad shape (3, 4)" and "Traceback (most recent call last)" in rest
+    assert "def run(kind, config, inputs, **kw)" not in rest and "in run" in rest  # the frames, not the source
+    db = f"sqlite:///{tmp_path / 'specfleet.db'}"
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "pipeline", "status", *args, "--db", db], capture_output=True,
+                              text=True, timeout=120)
+
+    shown = cli("--job", "train_drafter t/pre")
+    assert shown.returncode == 0 and "status: failed" in shown.stdout and "Traceback" in shown.stdout
+    assert "ValueError" in cli().stdout  # the table shows the first line (wrapped in its column)
+    assert cli("--job", "nothing-like-this").returncode == 1
