@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ray
 
@@ -33,9 +33,13 @@ class ProgressBoard:
         return self.state
 
 
-@ray.remote
+@ray.remote(num_returns=2)
 def _run_job(kind, config, num_cpus, num_gpus, job_hash, board, dep_names, *dep_values):
+    """(the job's result, what it logged on the worker)."""
     board.started.remote(job_hash)  # first, so any failure below is this job's own
+    import socket
+
+    from workers.joblog import captured
     from workers.jobs.run import run_job
 
     last = [0.0]
@@ -47,7 +51,9 @@ def _run_job(kind, config, num_cpus, num_gpus, job_hash, board, dep_names, *dep_
             board.step.remote(job_hash, step, total, loss)
 
     inputs = dict(zip(dep_names, dep_values))
-    return run_job(kind, config, inputs, num_cpus=num_cpus, num_gpus=num_gpus, progress=progress)
+    with captured(f"{kind} {job_hash[:12]} on {socket.gethostname()}") as log:
+        result = run_job(kind, config, inputs, num_cpus=num_cpus, num_gpus=num_gpus, progress=progress)
+    return result, log()
 
 
 @dataclass
@@ -57,13 +63,16 @@ class RayCluster:
     started_here: bool
     address: str
     board: object = None
+    logs: dict = field(default_factory=dict)  # result ref -> the ref of what the job logged
 
     def submit(self, job, deps: dict):
         """deps: input name -> object ref (or value). Returns the job's result ref."""
         names = tuple(deps)
-        return _run_job.options(
+        result, log = _run_job.options(
             num_cpus=job.num_cpus, num_gpus=job.num_gpus, name=job.name, max_retries=1, retry_exceptions=False,
         ).remote(job.kind, job.config, job.num_cpus, job.num_gpus, job.hash, self.board, names, *deps.values())
+        self.logs[result] = log  # dependents take the result; the driver reads the log when recording
+        return result
 
     def put(self, value):
         return ray.put(value)
@@ -74,6 +83,11 @@ class RayCluster:
 
     def get(self, ref):
         return ray.get(ref)
+
+    def log(self, ref) -> str | None:
+        """What the job behind a finished result ref logged on its worker (None for a reused one)."""
+        log_ref = self.logs.get(ref)
+        return None if log_ref is None else ray.get(log_ref)
 
     def progress(self) -> dict:
         return ray.get(self.board.snapshot.remote())

@@ -40,6 +40,7 @@ class Cluster(Protocol):
     def put(self, value): ...  # a ref to a value already known (a reused result)
     def wait(self, refs: list, timeout: float) -> list: ...  # the refs that are done
     def get(self, ref): ...  # the result, or the job's exception
+    def log(self, ref) -> str | None: ...  # what the job logged on its worker, if kept
     def progress(self) -> dict[str, dict]: ...  # job hash -> {"started": ..., "step": ...}
     def cancel(self, refs: list) -> None: ...
     def close(self) -> None: ...
@@ -285,6 +286,9 @@ def _finish(ctx: Context, cl: Cluster, job: Job, ref, runs: dict, summary: RunSu
         result = cl.get(ref)
     except Exception as exc:  # a worker's exception (wrapped by Ray): record it, keep going
         started = job.hash in runs
+        worker_log = getattr(getattr(exc, "cause", None) or exc, "worker_log", None)
+        if started and worker_log:
+            ctx.tracker.log_text(runs[job.hash], mask_secrets(worker_log), "worker.log")
         upstream = next((ctx.jobs[h].name for _, h in job.deps if h in summary.failed), None)
         reason = _one_line(exc) if started else \
             f"not run: its input {upstream} failed" if upstream else f"not run: an upstream job failed ({_one_line(exc)})"
@@ -298,6 +302,9 @@ def _finish(ctx: Context, cl: Cluster, job: Job, ref, runs: dict, summary: RunSu
         _record_failure(ctx, job.hash, runs, summary, f"not recorded: its input {unrecorded[0]} failed to record")
         return
     kind = job_kind(job.kind)
+    worker_log = cl.log(ref)
+    if worker_log:
+        ctx.tracker.log_text(run_id, mask_secrets(worker_log), "worker.log")
     try:
         if not isinstance(result, kind.result):
             raise TypeError(f"{job.kind} returned {type(result).__name__}, not {kind.result.__name__}")

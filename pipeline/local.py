@@ -65,6 +65,10 @@ class LocalCluster:
             raise ref.error
         return ref.value
 
+    def log(self, ref: LocalRef) -> None:
+        """In process, a job's output is this process's own: nothing is kept apart."""
+        return None
+
     def progress(self) -> dict[str, dict]:
         return {h: dict(state) for h, state in self.board.items()}
 

@@ -131,6 +131,10 @@ class Tracker:
     def log_artifacts(self, run_id: str, folder: str | Path, artifact_path: str | None = None) -> None:
         self._call(self.client.log_artifacts, run_id, str(folder), artifact_path)
 
+    def log_text(self, run_id: str, text: str, name: str) -> None:
+        """A text artifact (a job's worker log)."""
+        self._call(self.client.log_text, run_id, text, name)
+
     def log_artifact(self, run_id: str, path: str | Path) -> None:
         self._call(self.client.log_artifact, run_id, str(path))
 

@@ -134,6 +134,11 @@ def test_mlflow_holds_a_run_per_job_with_curves_checkpoints_and_plots(first_run)
         kind = r.data.tags["specfleet.kind"]
         assert r.info.status == "FINISHED"
         paths = {a.path for a in client.list_artifacts(r.info.run_id)}
+        # what the job said on its worker, kept with its run
+        log = Path(client.download_artifacts(r.info.run_id, "worker.log", str(tmp_path / "logs" / r.info.run_id)))
+        text = log.read_text()
+        job_hash = r.data.tags["specfleet.job_hash"]
+        assert text.startswith(f"{kind} {job_hash[:12]} on ") and f"{kind} {job_hash[:12]} on " in text.splitlines()[-1]
         if kind == "measure_curve":
             steps = sorted(m.step for m in client.get_metric_history(r.info.run_id, "accept_len"))
             assert steps == [0, 1, 2, 3] and {"curve.png", "drift.png"} <= paths
