@@ -68,8 +68,10 @@ class RayCluster:
     def submit(self, job, deps: dict):
         """deps: input name -> object ref (or value). Returns the job's result ref."""
         names = tuple(deps)
+        placed = {"accelerator_type": job.accelerator_type} if job.accelerator_type else {}
         result, log = _run_job.options(
             num_cpus=job.num_cpus, num_gpus=job.num_gpus, name=job.name, max_retries=1, retry_exceptions=False,
+            **placed,
         ).remote(job.kind, job.config, job.num_cpus, job.num_gpus, job.hash, self.board, names, *deps.values())
         self.logs[result] = log  # dependents take the result; the driver reads the log when recording
         return result
@@ -100,7 +102,7 @@ class RayCluster:
         if self.started_here:
             ray.shutdown()
 
-    def check_resources(self, requests: dict[str, tuple[float, float]]) -> str:
+    def check_resources(self, requests: dict[str, tuple[float, float, str | None]]) -> str:
         return check_resources(requests)
 
 
@@ -130,6 +132,6 @@ def connect(address: str | None) -> RayCluster:
     return cluster
 
 
-def check_resources(requests: dict[str, tuple[float, float]]) -> str:
+def check_resources(requests: dict[str, tuple[float, float, str | None]]) -> str:
     """Refuse requests no single alive node can satisfy (Ray would wait forever for them)."""
     return fit_on_nodes(requests, [n["Resources"] for n in ray.nodes() if n.get("Alive")])

@@ -35,7 +35,7 @@ from pipeline.tracking import Tracker
 class Cluster(Protocol):
     address: str
 
-    def check_resources(self, requests: dict[str, tuple[float, float]]) -> str: ...
+    def check_resources(self, requests: dict[str, tuple[float, float, str | None]]) -> str: ...
     def submit(self, job: Job, deps: dict): ...  # deps: input name -> ref; returns the result's ref
     def put(self, value): ...  # a ref to a value already known (a reused result)
     def wait(self, refs: list, timeout: float) -> list: ...  # the refs that are done
@@ -46,10 +46,11 @@ class Cluster(Protocol):
     def close(self) -> None: ...
 
 
-def fit_on_nodes(requests: dict[str, tuple[float, float]], nodes: list[dict]) -> str:
+def fit_on_nodes(requests: dict[str, tuple[float, float, str | None]], nodes: list[dict]) -> str:
     """Refuse a request no single node can meet: a cluster would wait for it forever.
 
-    requests: job kind -> (num_cpus, num_gpus); nodes: each node's {"CPU": n, "GPU": n}.
+    requests: job kind -> (num_cpus, num_gpus, accelerator type or None); nodes: each node's
+    resources as Ray lists them ({"CPU": n, "GPU": n, "accelerator_type:H100": 1, ...}).
     Returns a one-line description of the cluster.
     """
     total_cpu = sum(n.get("CPU", 0) for n in nodes)
@@ -57,7 +58,11 @@ def fit_on_nodes(requests: dict[str, tuple[float, float]], nodes: list[dict]) ->
     about = f"{len(nodes)} node(s), {total_cpu:g} CPU, {total_gpu:g} GPU in all"
     largest = {"CPU": max((n.get("CPU", 0) for n in nodes), default=0),
                "GPU": max((n.get("GPU", 0) for n in nodes), default=0)}
-    for kind, (cpus, gpus) in sorted(requests.items()):
+    for kind, (cpus, gpus, accelerator) in sorted(requests.items()):
+        if accelerator is not None and not any(n.get(f"accelerator_type:{accelerator}", 0) > 0 for n in nodes):
+            kinds = sorted({k.partition(":")[2] for n in nodes for k in n if k.startswith("accelerator_type:")})
+            raise ResourceError(f"resources.{kind}.accelerator_type: no node has a {accelerator} GPU "
+                                f"(cluster: {about}; GPU models: {', '.join(kinds) or 'none'})")
         for key, asked in (("GPU", gpus), ("CPU", cpus)):
             if asked > largest[key]:
                 raise ResourceError(
@@ -135,7 +140,7 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
         tracker.end(ctx.parent_run, ok=True)
         summary.seconds = time.perf_counter() - t0
         return summary
-    requests = {j.kind: (j.num_cpus, j.num_gpus) for j in plan.jobs if j.hash not in reusable}
+    requests = {j.kind: (j.num_cpus, j.num_gpus, j.accelerator_type) for j in plan.jobs if j.hash not in reusable}
     cl = connect()
     try:
         about = cl.check_resources(requests)

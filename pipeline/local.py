@@ -42,7 +42,7 @@ class LocalCluster:
         self.board: dict[str, dict] = {}
         self.closed = False
 
-    def check_resources(self, requests: dict[str, tuple[float, float]]) -> str:
+    def check_resources(self, requests: dict[str, tuple[float, float, str | None]]) -> str:
         from pipeline.executor import fit_on_nodes
 
         return fit_on_nodes(requests, [{"CPU": self.cpus, "GPU": self.gpus}])

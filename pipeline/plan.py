@@ -31,6 +31,7 @@ class Job:
     target: str | None = None
     drafter: str | None = None
     time_limit_s: float | None = None  # stopped and failed when it runs longer (resources.<kind>.time_limit_s)
+    accelerator_type: str | None = None  # the GPU model it must run on (Ray's accelerator_type)
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,12 @@ def build_plan(spec: ExperimentSpec, code_version: Callable[[tuple[str, ...] | N
     def add(kind: str, name: str, fields: dict, deps: dict[str, str], target: str, drafter: str | None = None):
         res = spec.resources_for(kind)
         entry = job_kind(kind)
-        config = entry.config(seed=spec.seed, **fields, **_placement(kind, res.num_cpus, res.num_gpus))
+        config = entry.config(seed=spec.seed, **fields,
+                              **_placement(kind, res.num_cpus, res.num_gpus, res.accelerator_type))
         h = job_hash(kind, config.hashed(), deps, version(entry.code_of(config)))
         if h not in jobs:
             jobs[h] = Job(kind, name, config, tuple(sorted(deps.items())), h, res.num_cpus, res.num_gpus,
-                          target, drafter, res.time_limit_s)
+                          target, drafter, res.time_limit_s, res.accelerator_type)
         return h
 
     trained_targets: dict[str, str] = {}
@@ -112,18 +114,21 @@ def _training_data(add, spec: ExperimentSpec, ref: c.TargetRef, drafter, deps: d
     return {"data": data, "features": features}
 
 
-def _placement(kind: str, num_cpus: float, num_gpus: float) -> dict:
+def _placement(kind: str, num_cpus: float, num_gpus: float, accelerator_type: str | None) -> dict:
     """The part of a job's resources that can change its result, as its kind declares.
 
     The device kind decides dtype ('auto') and numerics of every torch job; timings also depend
-    on how many CPU threads and GPUs the job had. Resources that change nothing (a select
+    on how many CPU threads and GPUs the job had, and on which GPU model when the spec names one.
+    Resources that change nothing (a select
     job's CPUs) stay out of the config and so out of the hash.
     """
     placement = job_kind(kind).placement
     if placement == "none":
         return {}
     device = {"device": "cuda" if num_gpus > 0 else "cpu"}
-    return device if placement == "device" else {**device, "num_cpus": num_cpus, "num_gpus": num_gpus}
+    if placement == "device":
+        return device
+    return {**device, "num_cpus": num_cpus, "num_gpus": num_gpus, "accelerator_type": accelerator_type}
 
 
 def _target_ref(target: Target) -> c.TargetRef:

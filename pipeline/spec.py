@@ -115,11 +115,11 @@ def cross_check(data: dict) -> list[tuple[tuple, str]]:
     resources = data.get("resources") if isinstance(data.get("resources"), dict) else {}
     timed = [resources.get(kind) if isinstance(resources.get(kind), dict) else {}
              for kind in ("profile_cost", "measure_speedup")]
-    placed = [(r.get("num_cpus", 1), r.get("num_gpus", 0)) for r in timed]
+    placed = [(r.get("num_cpus", 1), r.get("num_gpus", 0), r.get("accelerator_type")) for r in timed]
     if data.get("validation") is not None and placed[0] != placed[1]:
-        problems.append((("resources", "measure_speedup"), f"give it what profile_cost has (num_cpus, num_gpus = "
-                                                          f"{placed[0]}, here {placed[1]}): the engine's speed is "
-                                                          "compared with costs timed there"))
+        problems.append((("resources", "measure_speedup"), f"give it what profile_cost has (num_cpus, num_gpus, "
+                                                          f"accelerator_type = {placed[0]}, here {placed[1]}): the "
+                                                          "engine's speed is compared with costs timed there"))
     return problems
 
 def _field_path(loc: tuple) -> str:

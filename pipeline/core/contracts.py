@@ -93,6 +93,7 @@ class ProfileCostConfig(JobConfig):
     device: str
     num_cpus: float  # timings depend on the threads and devices the job had
     num_gpus: float
+    accelerator_type: str | None = None  # and on the GPU model, when the spec names one
     unhashed: ClassVar[dict] = {"target": {"name"}, "drafter": {"name"}}
 
 
@@ -112,6 +113,7 @@ class MeasureSpeedupConfig(JobConfig):
     device: str
     num_cpus: float  # compared with the costs timed by profile_cost: placed alike
     num_gpus: float
+    accelerator_type: str | None = None
     unhashed: ClassVar[dict] = {"evaluation": {"prompts": {"path"}}}
 
 

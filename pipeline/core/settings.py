@@ -399,3 +399,12 @@ class Resources(Strict):
     num_gpus: float = Field(0, ge=0, le=1024)
     time_limit_s: float | None = Field(None, gt=0, le=30 * 86400, description="a job of this kind running longer "
                                                                            "is stopped and fails (on Ray)")
+    accelerator_type: str | None = Field(None, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$",
+                                         description="Ray's accelerator type (H100, A100, L4 ...): the GPU model "
+                                                     "jobs of this kind run on; part of a timing job's identity")
+
+    @model_validator(mode="after")
+    def _accelerator_needs_gpus(self):
+        if self.accelerator_type is not None and self.num_gpus <= 0:
+            raise ValueError(f"accelerator_type {self.accelerator_type} needs num_gpus > 0")
+        return self
