@@ -23,7 +23,7 @@ from db import queries, writes
 from db.engine import mask_url, open_database
 from db.owners import owner_gone
 from db.errors import StoreError, one_line
-from db.queries import BEST_KEYS, DIAGNOSTIC_KEYS, SPEEDUP_KEYS, TUNED_KEYS, TUNED_OPTIONAL_KEYS
+from db.queries import BEST_KEYS, DIAGNOSTIC_KEYS, SPEEDUP_KEYS, TUNED_KEYS, TUNED_OPTIONAL_KEYS, WORKLOAD_KEYS
 from db.tables import Base, Experiment, ExperimentJob, Job, utc_now
 
 if TYPE_CHECKING:  # only read through attributes, so db does not import pipeline at runtime
@@ -309,6 +309,17 @@ class Store:
                 session, target=target, drafter=drafter, condition=condition, category=category
             )
         return self._read(body)
+
+    def with_categories(self, rows: list[dict]) -> list[dict]:
+        """`best` rows, each with `categories`: the per-category depths of the select job behind it
+        (for a production version, of the newest offline version of its workload), [] for none."""
+        offline: dict[tuple, str] = {}
+        for r in self.best(history=True):  # newest version first within a workload
+            if r["source"] == "offline" and r["job_hash"]:
+                offline.setdefault(tuple(r[k] for k in WORKLOAD_KEYS), r["job_hash"])
+        source = [r["job_hash"] or offline.get(tuple(r[k] for k in WORKLOAD_KEYS)) for r in rows]
+        found = self.category_depths([h for h in source if h])
+        return [{**r, "categories": found.get(h, [])} for r, h in zip(rows, source)]
 
     def category_depths(self, job_hashes: Sequence[str]) -> dict[str, list[dict]]:
         """The depth chosen per prompt category by each of these select jobs, by job hash."""

@@ -189,7 +189,7 @@ def best(
     try:
         rows = store.best(target=target, drafter=drafter, history=history)
         if by_category:
-            rows = _with_categories(store, rows)
+            rows = store.with_categories(rows)
     finally:
         store.close()
     from pipeline.report import best_table, category_table
@@ -200,20 +200,6 @@ def best(
         raise typer.Exit(1)
     table = (lambda: category_table(rows)) if by_category else (lambda: best_table(rows, versioned=True))
     _show(rows, as_json, "no tuned configs yet: run `specfleet run SPEC` first", table)
-
-
-def _with_categories(store, rows: list[dict]) -> list[dict]:
-    """Each row with `categories`: the per-category depths of the select job behind it (for a
-    production version, of the newest offline version of its workload), [] when it has none."""
-    from db.queries import WORKLOAD_KEYS
-
-    offline: dict[tuple, str] = {}
-    for r in store.best(history=True):  # newest version first within a workload
-        if r["source"] == "offline" and r["job_hash"]:
-            offline.setdefault(tuple(r[k] for k in WORKLOAD_KEYS), r["job_hash"])
-    source = {i: r["job_hash"] or offline.get(tuple(r[k] for k in WORKLOAD_KEYS)) for i, r in enumerate(rows)}
-    found = store.category_depths([h for h in source.values() if h])
-    return [{**r, "categories": found.get(source[i], [])} for i, r in enumerate(rows)]
 
 
 def _in_range(option: str, value: float, low: float, high: float, *, low_open: bool = False) -> None:

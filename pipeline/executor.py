@@ -21,13 +21,14 @@ from typing import Protocol
 
 from db.owners import new_owner
 from db.secrets import mask_secrets
+from pipeline.core.contracts import Stored
 from pipeline.core.files import clean_partials
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.kinds import resolve
 from pipeline.errors import ResourceError
 from pipeline.plan import Job, Plan
 from pipeline.progress import ProgressView
-from pipeline.record import Recording, finished, with_files
+from pipeline.record import Recording, finished, intact, with_files
 from pipeline.report import plot_comparison
 from pipeline.tracking import Tracker
 
@@ -114,6 +115,7 @@ class Context:
     tracker: Tracker
     checkpoints: Path
     owner: str = field(default_factory=new_owner)
+    stale: set[str] = field(default_factory=set)  # done jobs whose checkpoint is gone or damaged (_reusable)
     experiment_id: int = 0
     mlflow_experiment: str = ""
     parent_run: str = ""
@@ -190,27 +192,35 @@ def _report(ctx: Context, path: Path, name: str) -> Path | None:
 
 def _claim(ctx: Context, reusable: dict, console) -> dict:
     """Claim every job this run has to run, all at once; while another live driver holds some,
-    hold nothing and wait (so two drivers never wait on each other), then look again: what the
-    other one finished is reused. Jobs a dead driver left are taken over, and the MLflow runs it
-    left running ended as killed. Returns the reusable results as they are now."""
+    hold nothing and wait (so two drivers never wait on each other), then look again at those
+    jobs only: what the other one finished is reused. Jobs a dead driver left are taken over, and
+    the MLflow runs it left running ended as killed. Returns the reusable results as they are now."""
     while True:
         to_run = [j.hash for j in ctx.plan.jobs if j.hash not in reusable]
-        rerun = [h for h in to_run if ctx.store.finished_result(h) is not None]  # done, but its files are gone
-        held = ctx.store.claim(to_run, owner=ctx.owner, lease_s=LEASE_S, rerun=rerun)
+        # done once but their files are gone or damaged (found by _reusable): they run again
+        held = ctx.store.claim(to_run, owner=ctx.owner, lease_s=LEASE_S, rerun=sorted(ctx.stale))
         if not held:
             ctx.tracker.end_abandoned(ctx.mlflow_experiment, done=set(reusable), claimed=set(to_run))
             return reusable
         console.print(f"waiting: driver {sorted(set(held.values()))[0]} holds {len(held)} of this run's jobs")
         time.sleep(WAIT_POLL_S)
-        reusable = _reusable(ctx)
+        reusable = {**reusable, **_reusable(ctx, set(to_run))}
 
 
-def _reusable(ctx: Context) -> dict[str, object]:
-    """Finished jobs whose typed results (and checkpoints) are still there."""
+def _reusable(ctx: Context, hashes: set[str] | None = None) -> dict[str, object]:
+    """Finished jobs (of `hashes`, else of the plan) whose typed results and checkpoints are still
+    there; those finished whose checkpoint is not are left in ctx.stale, to run again."""
     out = {}
+    ctx.stale = set()
     for job in ctx.plan.jobs:
-        result = finished(ctx.store, job.kind, job.hash)
-        if result is not None:
+        if hashes is not None and job.hash not in hashes:
+            continue
+        result = finished(ctx.store, job.kind, job.hash, files_here=False)
+        if result is None:
+            continue
+        if isinstance(result, Stored) and not intact(result):
+            ctx.stale.add(job.hash)
+        else:
             out[job.hash] = result
     return out
 

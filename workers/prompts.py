@@ -44,7 +44,7 @@ def build_prompts(tokenizer, *, corpus: str, condition: str, num_prompts: int, p
         length = long_context_len if fmt == "long_context" else prompt_len
         return _text_windows(tokenizer, corpus, num_prompts, length, seed)
     pool = conversation_pool(prompts_file)
-    chosen = _pick(len(pool), num_prompts, seed)
+    chosen = pick(len(pool), num_prompts, seed)
     if fmt == "long_context":
         return [_long_chat(tokenizer, pool, i, long_context_len, answer_prefix) for i in chosen]
     template, bos = FORMATS[fmt]
@@ -59,13 +59,14 @@ def prompt_categories(prompts_file: PromptsFile | None, num_prompts: int, seed: 
     if prompts_file is None or not prompts_file.categories:
         return ()
     pool = conversation_pool(prompts_file)
-    return tuple(pool[i].category for i in _pick(len(pool), num_prompts, seed))
+    return tuple(pool[i].category for i in pick(len(pool), num_prompts, seed))
 
 
-def conversation_pool(prompts_file: PromptsFile | None) -> tuple[Conversation, ...]:
-    """The conversations chat prompts come from: the prompts file's, or the built-in held-out samples'."""
+def conversation_pool(prompts_file: PromptsFile | None, split: str = "heldout") -> tuple[Conversation, ...]:
+    """The conversations chat prompts come from: the prompts file's, or the built-in samples of a
+    split (held-out ones for evaluation, training ones for a drafter's training questions)."""
     if prompts_file is None:
-        return tuple(s.conversation() for s in samples("heldout"))
+        return tuple(s.conversation() for s in samples(split))
     return read_prompts_file(prompts_file)
 
 
@@ -81,7 +82,8 @@ def read_prompts_file(prompts_file: PromptsFile) -> tuple[Conversation, ...]:
     return tuple(read_conversations(path, prompts_file.category))
 
 
-def _pick(n: int, k: int, seed: int) -> list[int]:
+def pick(n: int, k: int, seed: int) -> list[int]:
+    """k of range(n) in a seeded random order (all of them for k = n)."""
     gen = torch.Generator().manual_seed(seed)
     return torch.randperm(n, generator=gen)[:k].tolist()
 
@@ -136,7 +138,7 @@ def _text_windows(tokenizer, corpus: str, num_prompts: int, length: int, seed: i
     stream = token_stream(tokenizer, corpus, "heldout", max_chars=max(400_000, length * num_prompts * 8))
     if stream.numel() < length + num_prompts:
         raise ValueError(f"held-out {corpus} corpus too small for {num_prompts} prompts of {length} tokens")
-    starts = _pick(stream.numel() - length, num_prompts, seed)
+    starts = pick(stream.numel() - length, num_prompts, seed)
     out = []
     for s in starts:
         window = stream[s : s + length].clone()

@@ -19,10 +19,8 @@ from typing import NamedTuple
 import safetensors.torch
 import torch
 
-from pipeline.core.conversations import Conversation
-from workers.chat import samples
 from workers.chat_format import assistant_spans, turns_ids
-from workers.prompts import read_prompts_file
+from workers.prompts import conversation_pool, pick, read_prompts_file
 from workers.tokenizer import pad_id
 
 FILE = "tokens.safetensors"
@@ -32,25 +30,15 @@ HELDOUT_SHARE = 0.05  # the last 5% of the samples are held out for validation
 def question_prompts(tokenizer, max_prompt_tokens: int, seed: int, prompts_file=None) -> list[list[int]]:
     """The questions as prompts ([BOS] + template up to the answer), shuffled: the built-in chat
     corpus's train split, or a prompts file's conversations up to their last user turn."""
-    pool = _pool(prompts_file)
+    pool = conversation_pool(prompts_file, "train")
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     out = []
-    for i in _order(len(pool), seed):
+    for i in pick(len(pool), len(pool), seed):
         turns, _ = pool[i].prompt_turns()
         ids = bos + turns_ids(tokenizer, turns, template=True, generation_prompt=True)
         if len(ids) <= max_prompt_tokens:
             out.append(ids)
     return out
-
-
-def _pool(prompts_file) -> tuple[Conversation, ...]:
-    if prompts_file is None:
-        return tuple(s.conversation() for s in samples("train"))
-    return read_prompts_file(prompts_file)
-
-
-def _order(n: int, seed: int) -> list[int]:
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 def written_answers(tokenizer, *, data, seed: int, progress=None) -> tuple[dict[str, bytes], dict]:
@@ -62,7 +50,7 @@ def written_answers(tokenizer, *, data, seed: int, progress=None) -> tuple[dict[
     longest = data.max_prompt_tokens + data.max_new_tokens
     text = _TextBuilder()
     skipped = unanswered = 0
-    for n, i in enumerate(_order(len(pool), seed), 1):
+    for n, i in enumerate(pick(len(pool), len(pool), seed), 1):
         ids, spans = assistant_spans(tokenizer, pool[i].messages)
         if not spans:
             unanswered += 1

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from db.owners import process_alive
+from db.owners import owner_gone
 
 Files = dict[str, bytes]
 
@@ -94,11 +94,10 @@ def clean_partials(root: str | Path) -> list[Path]:
     """Remove the half-written folders that writers on this host left in `root` when they died
     (their process is gone); a live writer's, or another host's, are left alone. Returns them."""
     removed = []
-    host = socket.gethostname()
     for path in Path(root).glob(f".*{PART}*") if Path(root).is_dir() else ():
-        owner = path.name.split(PART, 1)[1]
-        who, _, pid = owner.rsplit("-", 1)[0].rpartition("-")
-        if who == host and pid.isdigit() and not process_alive(int(pid)):
+        owner = path.name.split(PART, 1)[1]  # HOST-PID-RANDOM
+        host, _, pid = owner.rsplit("-", 1)[0].rpartition("-")
+        if owner_gone(f"{host}:{pid}"):
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
             else:
@@ -150,8 +149,9 @@ def cache_root() -> Path:
 
 
 def cached_dir(files: Files, root: str | Path | None = None) -> Path:
-    """The folder of `files` in a node-local cache (written once per content), for from_pretrained."""
+    """The folder of `files` in a node-local cache, for from_pretrained. It is named by the content
+    and written whole or not at all, so a folder already there is used as it is (not re-hashed on
+    every load: the driver's work directory is where checkpoints are verified)."""
     root = Path(root or cache_root())
     clean_partials(root)
-    digest = files_hash(files)
-    return write_dir(files, root / digest[:32], digest)
+    return write_dir(files, root / files_hash(files)[:32])
