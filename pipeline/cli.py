@@ -96,7 +96,9 @@ def run(
                            workdir=workdir, connect=lambda: _ray_cluster(address), console=err)
         names = {j.hash: j.name for j in plan.jobs}
         out.print(f"experiment {parsed.name} (id {summary.experiment_id}, MLflow run {summary.mlflow_run_id}) on "
-                  f"{summary.cluster}: {len(summary.done)} ran, {len(summary.cached)} reused, "
+                  f"{summary.cluster}: {len(summary.done)} ran, "
+                  + (f"{len(summary.recovered)} recorded from an earlier run, " if summary.recovered else "")
+                  + f"{len(summary.cached)} reused, "
                   f"{len(summary.failed)} failed in {summary.seconds:.1f}s", soft_wrap=True)
         if summary.report is not None:
             out.print(f"curves of every pairing: {summary.report}", soft_wrap=True)

@@ -31,6 +31,7 @@ from pipeline.progress import ProgressView
 from pipeline.record import Recording, finished, intact, with_files
 from pipeline.report import plot_comparison
 from pipeline.tracking import Tracker
+from pipeline.unrecorded import Unrecorded
 
 
 class Cluster(Protocol):
@@ -79,6 +80,7 @@ class RunSummary:
     cluster: str
     cached: list[str] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)  # finished by an earlier run, recorded by this one
     failed: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     report: Path | None = None  # the plot of every pairing's curve
@@ -113,7 +115,7 @@ class Context:
     plan: Plan
     store: object
     tracker: Tracker
-    checkpoints: Path
+    unrecorded: Unrecorded
     owner: str = field(default_factory=new_owner)
     stale: set[str] = field(default_factory=set)  # done jobs whose checkpoint is gone or damaged (_reusable)
     experiment_id: int = 0
@@ -129,15 +131,18 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
              connect: Callable[[], Cluster], console) -> RunSummary:
     """Run `plan`; `connect` is called only when some job has to run."""
     t0 = time.perf_counter()
-    ctx = Context(plan, store, tracker, workdir / "checkpoints")
+    ctx = Context(plan, store, tracker, Unrecorded(workdir))
     ctx.store = OwnedStore(store, ctx.owner)
-    for left in clean_partials(ctx.checkpoints):  # folders a killed run was still writing
-        console.print(f"removed {left.name}: a half-written checkpoint of a run that ended")
+    for folder in (ctx.unrecorded.checkpoints, ctx.unrecorded.root):  # what a killed run was still writing
+        for left in clean_partials(folder):
+            console.print(f"removed {left.name}: a half-written file of a run that ended")
     reusable = _reusable(ctx)
-    if len(reusable) == len(plan.jobs):  # nothing to run: no cluster needed
+    kept = ctx.unrecorded.held([j for j in plan.jobs if j.hash not in reusable])
+    if len(reusable) + len(kept) == len(plan.jobs):  # nothing to run: no cluster needed
         summary = _open_experiment(ctx, spec, spec_text, "no cluster needed")
-        ctx.tracker.end_abandoned(ctx.mlflow_experiment, done=set(reusable), claimed=set())
+        reusable = _claim(ctx, reusable, console)
         summary.cached = list(reusable)
+        _record_kept(ctx, kept, reusable, {}, summary, console)
         summary.report = _report(ctx, workdir / "reports" / f"{spec.name}-curves.png", spec.name)
         tracker.end(ctx.parent_run, ok=True)
         summary.seconds = time.perf_counter() - t0
@@ -149,7 +154,10 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
         summary = _open_experiment(ctx, spec, spec_text, about)
         try:
             reusable = _claim(ctx, reusable, console)
-            _execute(ctx, cl, summary, reusable, console)
+            summary.cached = list(reusable)
+            runs: dict[str, str] = {}
+            _record_kept(ctx, kept, reusable, runs, summary, console)
+            _execute(ctx, cl, summary, reusable, runs, console)
             summary.report = _report(ctx, workdir / "reports" / f"{spec.name}-curves.png", spec.name)
         except BaseException:
             tracker.end(ctx.parent_run, ok=False)
@@ -225,16 +233,31 @@ def _reusable(ctx: Context, hashes: set[str] | None = None) -> dict[str, object]
     return out
 
 
-def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, console) -> None:
+def _record_kept(ctx: Context, kept: dict, reusable: dict, runs: dict, summary: RunSummary, console) -> None:
+    """Record the results an earlier run finished but could not record (pipeline/unrecorded.py);
+    they join `reusable`, as inputs of the jobs still to run. Those another driver recorded in the
+    meantime are dropped."""
+    for job in ctx.plan.jobs:  # inputs are recorded before what ran on them
+        if job.hash not in kept:
+            continue
+        if job.hash in reusable:
+            ctx.unrecorded.drop(job.hash)
+            continue
+        runs[job.hash] = _start_run(ctx, job)
+        if _record(ctx, job, kept[job.hash], runs, summary):
+            summary.recovered.append(job.hash)
+            console.print(f"recorded {job.name}: finished by an earlier run that could not record it")
+        reusable[job.hash] = kept[job.hash]
+
+
+def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, runs: dict, console) -> None:
     jobs = ctx.jobs
     submitted: dict[str, object] = {}  # job hash -> result ref of a job that runs now
     reused_refs: dict[str, object] = {}  # job hash -> ref of a reused result handed to the cluster
-    runs: dict[str, str] = {}
     pending: dict = {}
     try:
         for job in ctx.plan.jobs:  # dependencies come first
             if job.hash in reusable:
-                summary.cached.append(job.hash)
                 continue
             deps = {}
             for name, h in job.deps:
@@ -243,7 +266,7 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, con
                 deps[name] = submitted.get(h, reused_refs.get(h))
             ref = cl.submit(job, deps)
             submitted[job.hash], pending[ref] = ref, job.hash
-        view = ProgressView(console, jobs, cached=set(summary.cached))
+        view = ProgressView(console, jobs, cached={*summary.cached, *summary.recovered})
         seen: dict[str, float] = {}  # job hash -> when the board first showed it started
         renewed = time.monotonic()
         with view:
@@ -251,15 +274,17 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, con
                 if time.monotonic() - renewed > LEASE_S / 3:  # the heartbeat: our claims stay ours
                     ctx.store.renew(ctx.owner, lease_s=LEASE_S)
                     renewed = time.monotonic()
-                done = cl.wait(list(pending), timeout=0.3)
+                # results on disk before anything is written: a store outage from here on loses none
+                arrived = {ref: _collect(ctx, cl, jobs[pending[ref]], ref)
+                           for ref in cl.wait(list(pending), timeout=0.3)}
                 board = cl.progress()
                 for h in board:
                     if h not in runs and h in submitted:
                         runs[h] = _start_run(ctx, jobs[h])
                     seen.setdefault(h, time.monotonic())
-                for ref in done:
+                for ref, outcome in arrived.items():
                     h = pending.pop(ref)
-                    _finish(ctx, cl, jobs[h], ref, runs, summary)
+                    _finish(ctx, cl, jobs[h], ref, outcome, runs, summary)
                 for ref, h in list(pending.items()):
                     limit = jobs[h].time_limit_s
                     if limit is not None and h in seen and time.monotonic() - seen[h] > limit:
@@ -269,7 +294,12 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, con
                                                                f"resources.{jobs[h].kind}.time_limit_s = {limit:g} s")
                 view.update(board, summary)
     except BaseException:  # interrupted or a store/MLflow failure: leave nothing marked running
+        _keep_arrived(ctx, cl, pending)
         cl.cancel(list(pending))
+        kept = ctx.unrecorded.held(ctx.plan.jobs)
+        if kept:
+            console.print(f"{len(kept)} finished result(s) not recorded are kept in {ctx.unrecorded.root}: "
+                          f"the next run records them")
         never_submitted = [j.hash for j in ctx.plan.jobs if j.hash not in submitted and j.hash not in reusable]
         for h in [*pending.values(), *never_submitted]:
             _record_failure(ctx, h, runs, summary, "interrupted before it finished")
@@ -296,10 +326,29 @@ def _start_run(ctx: Context, job: Job) -> str:
     return run_id
 
 
-def _finish(ctx: Context, cl: Cluster, job: Job, ref, runs: dict, summary: RunSummary) -> None:
+def _keep_arrived(ctx: Context, cl: Cluster, pending: dict) -> None:
+    """When a run ends early: the results that finished but were not collected yet go on disk too."""
+    try:
+        for ref in cl.wait(list(pending), timeout=0):
+            _collect(ctx, cl, ctx.jobs[pending[ref]], ref)
+    except Exception:  # noqa: BLE001 - the run is already ending with its own error; this is a salvage
+        pass
+
+
+def _collect(ctx: Context, cl: Cluster, job: Job, ref):
+    """A finished job's result, kept on disk (pipeline/unrecorded.py) when it is its kind's; or
+    the exception it ended with."""
     try:
         result = cl.get(ref)
-    except Exception as exc:  # a worker's exception (wrapped by Ray): record it, keep going
+    except Exception as exc:  # a worker's exception (wrapped by Ray)
+        return exc
+    return ctx.unrecorded.keep(job, result) if isinstance(result, job_kind(job.kind).result) else result
+
+
+def _finish(ctx: Context, cl: Cluster, job: Job, ref, outcome, runs: dict, summary: RunSummary) -> None:
+    """Record what `_collect` gave for a job: its failure, or its result."""
+    if isinstance(outcome, Exception):  # the job failed: record it, keep going
+        exc = outcome
         started = job.hash in runs
         worker_log = getattr(getattr(exc, "cause", None) or exc, "worker_log", None)
         if started and worker_log:
@@ -309,28 +358,38 @@ def _finish(ctx: Context, cl: Cluster, job: Job, ref, runs: dict, summary: RunSu
             f"not run: its input {upstream} failed" if upstream else f"not run: an upstream job failed ({_one_line(exc)})"
         _record_failure(ctx, job.hash, runs, summary, reason, detail=_traceback(exc) if started else None)
         return
+    result, wanted = outcome, job_kind(job.kind).result
     if job.hash not in runs:  # finished between two polls of the progress board
         runs[job.hash] = _start_run(ctx, job)
+    worker_log = cl.log(ref)
+    if worker_log:
+        ctx.tracker.log_text(runs[job.hash], mask_secrets(worker_log), "worker.log")
+    if not isinstance(result, wanted):
+        _record_failure(ctx, job.hash, runs, summary, f"recording failed: TypeError: {job.kind} returned "
+                                                     f"{type(result).__name__}, not {wanted.__name__}")
+        return
+    if _record(ctx, job, result, runs, summary):
+        summary.done.append(job.hash)
+
+
+def _record(ctx: Context, job: Job, result, runs: dict, summary: RunSummary) -> bool:
+    """Record a finished job's kept result in MLflow and the database (its run is started); the
+    kept copy is removed once it is. Whether it was recorded."""
     run_id = runs[job.hash]
     unrecorded = [ctx.jobs[h].name for _, h in job.deps if h in summary.failed]
     if unrecorded:  # it ran on an input that was never recorded: recording it would orphan it
         _record_failure(ctx, job.hash, runs, summary, f"not recorded: its input {unrecorded[0]} failed to record")
-        return
-    kind = job_kind(job.kind)
-    worker_log = cl.log(ref)
-    if worker_log:
-        ctx.tracker.log_text(run_id, mask_secrets(worker_log), "worker.log")
+        return False
+    rec = Recording(ctx.tracker, ctx.store, run_id, ctx.experiment_id, ctx.plan.spec_hash,
+                    ctx.plan.code_version, ctx.jobs)
     try:
-        if not isinstance(result, kind.result):
-            raise TypeError(f"{job.kind} returned {type(result).__name__}, not {kind.result.__name__}")
-        rec = Recording(ctx.tracker, ctx.store, run_id, ctx.checkpoints, ctx.experiment_id, ctx.plan.spec_hash,
-                        ctx.plan.code_version, ctx.jobs)
-        resolve(kind.record)(job, result, rec)
-    except Exception as exc:  # the job ran but could not be recorded: it stays not done, so it reruns
+        resolve(job_kind(job.kind).record)(job, result, rec)
+    except Exception as exc:  # the job ran but could not be recorded: it stays not done; its result stays kept
         _record_failure(ctx, job.hash, runs, summary, f"recording failed: {_one_line(exc)}")
-        return
+        return False
+    ctx.unrecorded.drop(job.hash)
     ctx.tracker.end(run_id, ok=True)
-    summary.done.append(job.hash)
+    return True
 
 
 def _traceback(exc: BaseException, limit: int = 20_000) -> str:

@@ -1,9 +1,10 @@
-"""Recording one finished job on the driver: checkpoint to the work directory, MLflow, database.
+"""Recording one finished job on the driver: MLflow, then the database.
 
 Each kind's recorder is named in its registry entry and gets the kind's typed result. MLflow
 is written before the database marks the job done, so a job counts as finished (and is reused
 by later runs) only once everything about it has landed. The database rows of a result are
-built in one place, `db/rows.py`, from the typed result itself.
+built in one place, `db/rows.py`, from the typed result itself. A result with files comes with
+them already in the work directory (pipeline/unrecorded.py keeps every result before it is recorded).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pydantic import ValidationError
 from db.rows import category_depth_rows, curve_rows, diagnostic_rows, speedup_rows, tuned_config
 from pipeline.core.categories import category_curves
 from pipeline.core.contracts import Dataset, Measured, Profiled, Selected, Stored, Trained, Validated
-from pipeline.core.files import dir_hash, files_hash, pack_dir, write_dir
+from pipeline.core.files import dir_hash, pack_dir
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.types import DRIFT_NAMES, Curve
 from pipeline.plan import Job
@@ -33,7 +34,6 @@ class Recording:
     tracker: Tracker
     store: object
     run_id: str  # the job's MLflow run
-    checkpoints: Path  # the work directory's checkpoint folder
     experiment_id: int
     spec_hash: str
     code_version: str
@@ -77,28 +77,19 @@ def _stored_json(result) -> dict:
 
 
 def record_trained(job: Job, result: Trained, rec: Recording) -> None:
-    stored = _keep_files(job, result, rec)
-    for name, series in stored.history.items():
+    """The checkpoint (already in the work directory, see pipeline/unrecorded.py) goes to MLflow."""
+    rec.tracker.log_metrics(rec.run_id, result.metrics)
+    for name, series in result.history.items():
         rec.tracker.log_series(rec.run_id, name, series)
-    rec.tracker.log_artifacts(rec.run_id, Path(stored.checkpoint_dir), "checkpoint")
-    rec.store.mark_done(job.hash, result=_stored_json(stored))
+    rec.tracker.log_artifacts(rec.run_id, Path(result.checkpoint_dir), "checkpoint")
+    rec.store.mark_done(job.hash, result=_stored_json(result))
 
 
 def record_dataset(job: Job, result: Dataset, rec: Recording) -> None:
     """Training data stays in the work directory only: MLflow gets its metrics (the files, up to
     hundreds of megabytes of hidden states, are no one's to browse there)."""
-    stored = _keep_files(job, result, rec)
-    rec.store.mark_done(job.hash, result=_stored_json(stored))
-
-
-def _keep_files(job: Job, result: Stored, rec: Recording):
-    """The result's files written to the work directory, its metrics to MLflow; the result without
-    its bytes, pointing at the folder."""
-    digest = files_hash(result.files)
-    folder = write_dir(result.files, rec.checkpoints / job.hash, digest)  # absolute: runs start from any folder
-    stored = result.without_files(str(folder.resolve()), digest)
-    rec.tracker.log_metrics(rec.run_id, stored.metrics)
-    return stored
+    rec.tracker.log_metrics(rec.run_id, result.metrics)
+    rec.store.mark_done(job.hash, result=_stored_json(result))
 
 
 def record_measured(job: Job, result: Measured, rec: Recording) -> None:

@@ -35,7 +35,7 @@ def test_parent_and_child_runs_with_curve(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 'specfleet.db'}")
     store.link_job(store.ensure_experiment(name="t", spec_hash="abc", spec_yaml="", code_version="v"),
                    job_hash=job.hash, kind=job.kind, name=job.name, config={})
-    record_measured(job, measured, Recording(tracker, store, run_id, tmp_path / "checkpoints", 1, "abc", "v", {}))
+    record_measured(job, measured, Recording(tracker, store, run_id, 1, "abc", "v", {}))
     assert finished(store, "measure_curve", job.hash) == measured  # the typed result comes back as it went in
     assert [r["survival"] for r in store.curve_rows(condition="default")] == [0.8, 0.4, 0.2]
     assert [r["value"] for r in store.diagnostic_rows(condition="default")] == [2.0, 3.0, 4.0]
