@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from db.store import Store
+from pipeline.core.files import dir_hash
 
 SPEC = {
     "name": "e2e",
@@ -223,3 +225,45 @@ def test_a_gpu_request_the_cluster_cannot_meet_is_refused_before_anything_is_wri
     store.close()
     client, _ = _mlflow(tmp_path)
     assert client.get_experiment_by_name("specfleet/needs-gpu") is None
+
+
+def _kill_when_running(title: str, driver: subprocess.Popen, within_s: float = 300) -> int | None:
+    """SIGKILL the Ray worker whose process title is `title` (Ray names a worker after the task it
+    runs) as soon as it shows; its pid, or None if the driver ended first."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + within_s
+    while driver.poll() is None and time.monotonic() < deadline:
+        for proc in psutil.process_iter(["cmdline"]):
+            if " ".join(proc.info["cmdline"] or []).strip() == title:
+                proc.kill()
+                return proc.pid
+        time.sleep(0.05)
+    return None
+
+
+def test_a_worker_killed_mid_job_is_retried_by_ray_and_its_job_recorded_once(first_run, ray_cluster):
+    tmp_path, spec, _ = first_run
+    store = _store(tmp_path)
+    (job,) = [j for j in store.jobs() if j["name"] == "train_drafter t0/pre"]
+    shutil.rmtree(store.finished_result(job["job_hash"])["checkpoint_dir"])  # lost: the job runs again
+    store.close()
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    driver = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(spec), "--address", ray_cluster],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = _kill_when_running("ray::train_drafter t0/pre", driver)
+    out, err = driver.communicate(timeout=600)
+    assert killed is not None, "the job's worker never showed"
+    assert driver.returncode == 0, err[-3000:]
+    assert "1 ran, 10 reused, 0 failed" in out  # Ray ran it again; the driver saw one job finish
+    store = _store(tmp_path)
+    (again,) = [j for j in store.jobs() if j["name"] == "train_drafter t0/pre"]
+    result = store.finished_result(again["job_hash"])
+    assert (again["status"], again["attempts"]) == ("done", 2)  # the first run's, and this run's: recorded once
+    assert dir_hash(result["checkpoint_dir"]) == result["files_sha256"]
+    store.close()
+    client, exp = _mlflow(tmp_path)
+    runs = client.search_runs([exp.experiment_id], f"tags.`specfleet.job_hash` = '{job['job_hash']}'")
+    assert sorted(r.info.status for r in runs) == ["FINISHED", "FINISHED"]  # one per run that ran it
