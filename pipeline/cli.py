@@ -69,20 +69,46 @@ def run(
     spec: Annotated[Path, typer.Argument(help="Experiment YAML.")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and stop.")] = False,
     address: Annotated[Optional[str], typer.Option("--address", help="Join this Ray cluster (default: $RAY_ADDRESS, else start one here).")] = None,
+    runtime_env: Annotated[Optional[str], typer.Option(
+        "--runtime-env", help="Ray runtime_env for the workers, as JSON: {\"env_vars\": {\"HF_TOKEN\": \"...\"}, "
+                              "\"pip\": [...]}; added to the spec's runtime_env section.")] = None,
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
     mlflow: MlflowOpt = None,
 ):
     """Plan the spec's jobs and run them on Ray, logging to MLflow and the database."""
-    from pipeline.plan import build_plan
     from pipeline.spec import load_spec
-    from pipeline.version import code_version
 
     parsed, text = load_spec(spec)
-    plan = build_plan(parsed, code_version)
-    if dry_run:
-        _print_plan(plan, workdir, db)
-        return
+    from pipeline.runtime_env import from_cli, merged
+
+    workers_env = merged(parsed.runtime_env, from_cli(runtime_env))
+    joined = _ray_cluster(address, workers_env) if address or os.environ.get("RAY_ADDRESS") else None
+    try:
+        plan = _plan(parsed, joined)
+        if dry_run:
+            _print_plan(plan, workdir, db)
+            return
+        _run(plan, parsed, text, workdir, db, mlflow, joined or (lambda: _ray_cluster(None, workers_env)))
+    finally:
+        if joined is not None:
+            joined.close()
+
+
+def _plan(parsed, cluster):
+    """The spec's plan, its timing jobs keyed by the worker `cluster` (None: this machine) gives them."""
+    from pipeline.plan import build_plan
+    from pipeline.probe import probe_worker
+    from pipeline.version import code_version
+
+    worker = probe_worker(parsed, cluster)
+    err.print(f"timing jobs planned for {worker.device} (CUDA {worker.cuda}, driver {worker.driver}, torch "
+              f"{worker.torch}, transformers {worker.transformers})", soft_wrap=True)
+    return build_plan(parsed, code_version, worker)
+
+
+def _run(plan, parsed, text: str, workdir: Path, db, mlflow, cluster) -> None:
+    """Run `plan` on `cluster` (a joined one, or a function starting the local one when needed)."""
     from pipeline.executor import run_plan
     from pipeline.tracking import Tracker
 
@@ -92,8 +118,8 @@ def run(
     tracker.check()
     store = _store(workdir, db)
     try:
-        summary = run_plan(plan, spec=parsed, spec_text=text, store=store, tracker=tracker,
-                           workdir=workdir, connect=lambda: _ray_cluster(address), console=err)
+        summary = run_plan(plan, spec=parsed, spec_text=text, store=store, tracker=tracker, workdir=workdir,
+                           connect=cluster if callable(cluster) else lambda: cluster, console=err)
         names = {j.hash: j.name for j in plan.jobs}
         out.print(f"experiment {parsed.name} (id {summary.experiment_id}, MLflow run {summary.mlflow_run_id}) on "
                   f"{summary.cluster}: {len(summary.done)} ran, "
@@ -122,10 +148,10 @@ def run(
         store.close()
 
 
-def _ray_cluster(address: str | None):
+def _ray_cluster(address: str | None, runtime_env: dict):
     from pipeline.cluster import connect  # ray is imported only when something runs
 
-    return connect(address)
+    return connect(address, runtime_env)
 
 
 def _finished(plan, store, kind: str):

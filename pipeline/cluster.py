@@ -56,6 +56,13 @@ def _run_job(kind, config, num_cpus, num_gpus, job_hash, board, dep_names, *dep_
     return result, log()
 
 
+@ray.remote
+def _worker_env(num_gpus):
+    from workers.environment import worker_env
+
+    return worker_env(num_gpus)
+
+
 @dataclass
 class RayCluster:
     """The executor's cluster (pipeline/executor.py) on Ray: one task per job."""
@@ -79,6 +86,11 @@ class RayCluster:
     def put(self, value):
         return ray.put(value)
 
+    def probe(self, num_cpus: float, num_gpus: float, accelerator_type: str | None):
+        """What a worker placed like this reports (workers/environment.py): the timing jobs' identity."""
+        placed = {"accelerator_type": accelerator_type} if accelerator_type else {}
+        return ray.get(_worker_env.options(num_cpus=num_cpus, num_gpus=num_gpus, **placed).remote(num_gpus))
+
     def wait(self, refs: list, timeout: float):
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)
         return done
@@ -99,16 +111,18 @@ class RayCluster:
             ray.cancel(ref, force=True)
 
     def close(self) -> None:
-        if self.started_here:
+        if self.started_here and ray.is_initialized():
             ray.shutdown()
 
     def check_resources(self, requests: dict[str, tuple[float, float, str | None]]) -> str:
         return check_resources(requests)
 
 
-def connect(address: str | None) -> RayCluster:
-    """Join `address` (or RAY_ADDRESS), or start a local cluster in this process on loopback."""
+def connect(address: str | None, runtime_env: dict | None = None) -> RayCluster:
+    """Join `address` (or RAY_ADDRESS), or start a local cluster in this process on loopback.
+    runtime_env: what Ray gives every worker process besides specfleet's code (pipeline/runtime_env.py)."""
     address = address or os.environ.get("RAY_ADDRESS")
+    runtime_env = dict(runtime_env or {})
     if ray.is_initialized():
         cluster = RayCluster(started_here=False, address="(already connected)")
     elif address:
@@ -117,7 +131,7 @@ def connect(address: str | None) -> RayCluster:
 
         try:  # ship specfleet's own code; the nodes bring torch and the other dependencies
             ray.init(address=address, log_to_driver=False,
-                     runtime_env={"py_modules": [pipeline, workers]})
+                     runtime_env={**runtime_env, "py_modules": [pipeline, workers]})
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UserError(f"--address: cannot join Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
         cluster = RayCluster(started_here=False, address=address)
@@ -126,7 +140,7 @@ def connect(address: str | None) -> RayCluster:
         # address="local": always a new cluster of this process's own, on loopback, never one a
         # `ray start` or a stale session record on this machine points at
         ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                 _node_ip_address="127.0.0.1", configure_logging=False)
+                 _node_ip_address="127.0.0.1", configure_logging=False, runtime_env=runtime_env or None)
         cluster = RayCluster(started_here=True, address="local")
     cluster.board = ProgressBoard.remote()
     return cluster

@@ -52,9 +52,11 @@ def job_hash(kind: str, config: dict, deps: dict[str, str], code_version: str) -
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def build_plan(spec: ExperimentSpec, code_version: Callable[[tuple[str, ...] | None], str] | str) -> Plan:
+def build_plan(spec: ExperimentSpec, code_version: Callable[[tuple[str, ...] | None], str] | str,
+               worker: c.WorkerEnv | None = None) -> Plan:
     """code_version: a function of the modules a job runs (None: the whole code base), or one
-    string for every job."""
+    string for every job. worker: what a worker placed like the timing jobs reports
+    (pipeline/probe.py), part of their identity; None leaves it out."""
     version = code_version if callable(code_version) else (lambda modules=None: code_version)
     jobs: dict[str, Job] = {}
 
@@ -62,7 +64,7 @@ def build_plan(spec: ExperimentSpec, code_version: Callable[[tuple[str, ...] | N
         res = spec.resources_for(kind)
         entry = job_kind(kind)
         config = entry.config(seed=spec.seed, **fields,
-                              **_placement(kind, res.num_cpus, res.num_gpus, res.accelerator_type))
+                              **_placement(kind, res.num_cpus, res.num_gpus, res.accelerator_type, worker))
         h = job_hash(kind, config.hashed(), deps, version(entry.code_of(config)))
         if h not in jobs:
             jobs[h] = Job(kind, name, config, tuple(sorted(deps.items())), h, res.num_cpus, res.num_gpus,
@@ -114,13 +116,14 @@ def _training_data(add, spec: ExperimentSpec, ref: c.TargetRef, drafter, deps: d
     return {"data": data, "features": features}
 
 
-def _placement(kind: str, num_cpus: float, num_gpus: float, accelerator_type: str | None) -> dict:
+def _placement(kind: str, num_cpus: float, num_gpus: float, accelerator_type: str | None,
+               worker: c.WorkerEnv | None) -> dict:
     """The part of a job's resources that can change its result, as its kind declares.
 
     The device kind decides dtype ('auto') and numerics of every torch job; timings also depend
-    on how many CPU threads and GPUs the job had, and on which GPU model when the spec names one.
-    Resources that change nothing (a select
-    job's CPUs) stay out of the config and so out of the hash.
+    on how many CPU threads and GPUs the job had, on which GPU model when the spec names one, and
+    on the worker's own report (device model, CUDA, driver, library releases). Resources that
+    change nothing (a select job's CPUs) stay out of the config and so out of the hash.
     """
     placement = job_kind(kind).placement
     if placement == "none":
@@ -128,7 +131,8 @@ def _placement(kind: str, num_cpus: float, num_gpus: float, accelerator_type: st
     device = {"device": "cuda" if num_gpus > 0 else "cpu"}
     if placement == "device":
         return device
-    return {**device, "num_cpus": num_cpus, "num_gpus": num_gpus, "accelerator_type": accelerator_type}
+    return {**device, "num_cpus": num_cpus, "num_gpus": num_gpus, "accelerator_type": accelerator_type,
+            "worker": worker}
 
 
 def _target_ref(target: Target) -> c.TargetRef:

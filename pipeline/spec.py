@@ -20,6 +20,7 @@ from pipeline.core.settings import (
     Validation,
 )
 from pipeline.errors import SpecError
+from pipeline.runtime_env import RuntimeEnv
 from pipeline.yaml_lines import duplicate_keys, line_of
 
 
@@ -38,6 +39,15 @@ class ExperimentSpec(Strict):
     validation: Validation | None = None
     training_data: TrainingData = TrainingData()
     resources: dict[Literal[JOB_KINDS], Resources] = Field(default_factory=_default_resources)
+    runtime_env: RuntimeEnv | None = None  # what Ray gives the worker processes (pipeline/runtime_env.py)
+
+    @field_validator("runtime_env")
+    @classmethod
+    def _no_secret_in_the_file(cls, value: RuntimeEnv | None):
+        for name in value.literal_secrets() if value is not None else ():
+            raise ValueError(f"env_vars.{name}: the spec is stored with the experiment, so a secret is not written "
+                             f"in it: write {name}: ${{{name}}} and export {name} where the run starts")
+        return value
 
     @field_validator("pairings")
     @classmethod

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from pipeline.core.contracts import WorkerEnv
 from pipeline.errors import ResourceError, SpecError
 from pipeline.executor import fit_on_nodes
 from pipeline.plan import build_plan
 from pipeline.spec import parse_spec
+from workers.environment import gpus_here
 
 NODES = [{"CPU": 16.0, "GPU": 8.0, "accelerator_type:H100": 1.0}, {"CPU": 8.0, "GPU": 4.0, "accelerator_type:L4": 1.0}]
 
@@ -44,3 +46,69 @@ def test_a_gpu_model_without_gpus_is_a_spec_error():
                            "resources": {"profile_cost": {"num_cpus": 2, "accelerator_type": "H100"}}})
     with pytest.raises(SpecError, match="accelerator_type H100 needs num_gpus > 0"):
         parse_spec(text)
+
+
+WORKER = WorkerEnv(device="NVIDIA H100 80GB HBM3", cuda="12.4", driver="550.54.15", torch="2.5.1",
+                   transformers="4.48.0")
+
+
+def test_what_the_worker_reports_is_part_of_a_timing_jobs_identity_only():
+    spec = parse_spec(_spec("H100"))
+
+    def hashes(worker):
+        return {j.kind: j.hash for j in build_plan(spec, "v", worker).jobs}
+
+    old, new_driver, new_gpu = (hashes(WORKER), hashes(WORKER.model_copy(update={"driver": "560.28.03"})),
+                                hashes(WORKER.model_copy(update={"device": "NVIDIA B200"})))
+    for kind in ("profile_cost", "select_depth", "measure_speedup"):  # the timings, and what was chosen from them
+        assert len({old[kind], new_driver[kind], new_gpu[kind]}) == 3
+    for kind in ("train_target", "train_drafter", "measure_curve"):
+        assert old[kind] == new_driver[kind] == new_gpu[kind]
+
+
+def test_a_timing_job_that_lands_on_another_kind_of_worker_refuses_to_run():
+    from workers.jobs.run import run_job
+
+    plan = build_plan(parse_spec(_spec(None).replace("num_gpus: 1", "num_gpus: 0")), "v", WORKER)
+    job = next(j for j in plan.jobs if j.kind == "profile_cost")
+    with pytest.raises(RuntimeError, match=r"profile_cost was planned for another kind of worker than it landed on "
+                                           r"\(device NVIDIA H100 80GB HBM3 -> cpu .*driver 550.54.15 -> none.*pin "
+                                           r"resources.profile_cost.accelerator_type"):
+        run_job(job.kind, job.config, {}, num_cpus=1, num_gpus=0)
+
+
+def test_the_local_probe_is_this_machine_and_refuses_gpus_it_does_not_have():
+    from pipeline.probe import probe_worker
+    from workers.environment import worker_env
+
+    here = probe_worker(parse_spec(_spec(None).replace("num_gpus: 1", "num_gpus: 0")))
+    assert here == worker_env(0) and here.device.startswith("cpu ") and here.cuda == "none"
+    if gpus_here() == 0:
+        with pytest.raises(ResourceError, match=r"resources.profile_cost.num_gpus: a profile_cost job asks for 1 "
+                                                r"GPU\(s\) but this machine has 0"):
+            probe_worker(parse_spec(_spec(None)))
+
+
+def test_a_rerun_on_another_worker_times_again_and_reuses_everything_else(tmp_path):
+    """Against one shared database: the same spec on a new GPU generation reruns its cost profiles,
+    depth choices and engine benchmarks, and reuses its trained models and curves."""
+    from rich.console import Console
+    from test_executor import SPEC, answer
+
+    from db.store import Store
+    from pipeline.executor import run_plan
+    from pipeline.local import LocalCluster
+    from pipeline.tracking import Tracker
+
+    spec = parse_spec(yaml.safe_dump(SPEC))
+    store = Store(f"sqlite:///{tmp_path / 'specfleet.db'}")
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", str(tmp_path / "artifacts"))
+    ran = []
+    for worker in (WORKER, WORKER.model_copy(update={"device": "NVIDIA B200", "cuda": "12.8"})):
+        plan = build_plan(spec, "v1", worker)
+        summary = run_plan(plan, spec=spec, spec_text="", store=store, tracker=tracker, workdir=tmp_path,
+                           connect=lambda: LocalCluster(answer), console=Console(quiet=True))
+        ran.append(sorted(plan.by_hash()[h].kind for h in summary.done))
+    store.close()
+    assert len(ran[0]) == 11
+    assert ran[1] == ["measure_speedup"] * 2 + ["profile_cost"] * 2 + ["select_depth"] * 2

@@ -251,13 +251,16 @@ def test_a_worker_killed_mid_job_is_retried_by_ray_and_its_job_recorded_once(fir
     shutil.rmtree(store.finished_result(job["job_hash"])["checkpoint_dir"])  # lost: the job runs again
     store.close()
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    driver = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(spec), "--address", ray_cluster],
-                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    secret = json.dumps({"env_vars": {"HF_TOKEN": "hf_e2eSecret42"}})  # what a gated model would need
+    driver = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(spec), "--address", ray_cluster,
+                               "--runtime-env", secret], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
     killed = _kill_when_running("ray::train_drafter t0/pre", driver)
     out, err = driver.communicate(timeout=600)
     assert killed is not None, "the job's worker never showed"
     assert driver.returncode == 0, err[-3000:]
     assert "1 ran, 10 reused, 0 failed" in out  # Ray ran it again; the driver saw one job finish
+    assert "hf_e2eSecret42" not in out + err
     store = _store(tmp_path)
     (again,) = [j for j in store.jobs() if j["name"] == "train_drafter t0/pre"]
     result = store.finished_result(again["job_hash"])
@@ -267,3 +270,22 @@ def test_a_worker_killed_mid_job_is_retried_by_ray_and_its_job_recorded_once(fir
     client, exp = _mlflow(tmp_path)
     runs = client.search_runs([exp.experiment_id], f"tags.`specfleet.job_hash` = '{job['job_hash']}'")
     assert sorted(r.info.status for r in runs) == ["FINISHED", "FINISHED"]  # one per run that ran it
+    everything = [(r.data.params, r.data.tags) for r in client.search_runs([exp.experiment_id])]
+    assert "hf_e2eSecret42" not in json.dumps(everything)
+
+
+def test_the_runtime_env_reaches_every_worker(ray_cluster):
+    import ray
+
+    from pipeline.cluster import connect
+
+    connect(ray_cluster, {"env_vars": {"HF_TOKEN": "hf_fromTheDriver"}})
+    try:
+        @ray.remote(num_cpus=1)
+        def read():
+            return os.environ.get("HF_TOKEN"), ray.get_runtime_context().get_node_id()
+
+        seen = ray.get([read.remote() for _ in range(6)])
+        assert {token for token, _ in seen} == {"hf_fromTheDriver"}
+    finally:
+        ray.shutdown()

@@ -43,6 +43,18 @@ class TargetRef(Contract):
     dtype: str = "auto"
 
 
+class WorkerEnv(Contract):
+    """What a worker reports about itself (workers/environment.py). The timing kinds' configs hold
+    the one their placement gets on the cluster, so timings from one GPU generation, CUDA or
+    library release are never reused for another; a worker that differs refuses the job."""
+
+    device: str  # the GPU model ("NVIDIA H100 80GB HBM3"), or the CPU model for a CPU job
+    cuda: str  # torch's CUDA release, "none" on CPU
+    driver: str  # the NVIDIA driver, "none" on CPU
+    torch: str
+    transformers: str
+
+
 # -- configs --------------------------------------------------------------------------------------
 
 class TrainTargetConfig(JobConfig):
@@ -94,6 +106,7 @@ class ProfileCostConfig(JobConfig):
     num_cpus: float  # timings depend on the threads and devices the job had
     num_gpus: float
     accelerator_type: str | None = None  # and on the GPU model, when the spec names one
+    worker: WorkerEnv | None = None  # what the worker placed like this reports (None: not probed)
     unhashed: ClassVar[dict] = {"target": {"name"}, "drafter": {"name"}}
 
 
@@ -114,6 +127,7 @@ class MeasureSpeedupConfig(JobConfig):
     num_cpus: float  # compared with the costs timed by profile_cost: placed alike
     num_gpus: float
     accelerator_type: str | None = None
+    worker: WorkerEnv | None = None  # what the worker placed like this reports (None: not probed)
     unhashed: ClassVar[dict] = {"evaluation": {"prompts": {"path"}}}
 
 
