@@ -255,8 +255,15 @@ def test_a_worker_killed_mid_job_is_retried_by_ray_and_its_job_recorded_once(fir
     driver = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(spec), "--address", ray_cluster,
                                "--runtime-env", secret], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
+    early = []  # off a terminal, progress comes as plain lines while the run goes on
+    for line in driver.stderr:
+        early.append(line)
+        if line.rstrip().endswith("] started train_drafter t0/pre"):
+            break
+    assert driver.poll() is None, "".join(early)[-3000:]
     killed = _kill_when_running("ray::train_drafter t0/pre", driver)
     out, err = driver.communicate(timeout=600)
+    err = "".join(early) + err
     assert killed is not None, "the job's worker never showed"
     assert driver.returncode == 0, err[-3000:]
     assert "1 ran, 10 reused, 0 failed" in out  # Ray ran it again; the driver saw one job finish
