@@ -7,6 +7,7 @@ dicts, checkpoints as bytes) to whichever node runs it.
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from dataclasses import dataclass, field
 
@@ -123,20 +124,28 @@ def connect(address: str | None, runtime_env: dict | None = None) -> RayCluster:
     runtime_env: what Ray gives every worker process besides specfleet's code (pipeline/runtime_env.py)."""
     address = address or os.environ.get("RAY_ADDRESS")
     runtime_env = dict(runtime_env or {})
+    if address and address.startswith(("http://", "https://")):
+        raise UserError(f"--address/RAY_ADDRESS: {address} is the cluster's Jobs API: submit the run through it "
+                        f"(ray job submit --address {address} --working-dir . -- python -m pipeline run SPEC), or "
+                        "join the cluster at its GCS address (HEAD:6379)")
     if ray.is_initialized():
         cluster = RayCluster(started_here=False, address="(already connected)")
     elif address:
+        import db
         import pipeline
         import workers
 
-        try:  # ship specfleet's own code; the nodes bring torch and the other dependencies
-            ray.init(address=address, log_to_driver=False,
-                     runtime_env={**runtime_env, "py_modules": [pipeline, workers]})
+        # ship specfleet's own code (as folders: a submitted job's own runtime_env is merged with it);
+        # the nodes bring torch and the other dependencies
+        code = [os.path.dirname(m.__file__) for m in (pipeline, workers, db)]
+        try:
+            ray.init(address=address, log_to_driver=False, runtime_env={**runtime_env, "py_modules": code})
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise UserError(f"--address: cannot join Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
+            raise UserError(f"--address: cannot join Ray cluster at {address}: {_why(exc)}") from None
         cluster = RayCluster(started_here=False, address=address)
     else:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        _run_token()
         # address="local": always a new cluster of this process's own, on loopback, never one a
         # `ray start` or a stale session record on this machine points at
         ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
@@ -144,6 +153,16 @@ def connect(address: str | None, runtime_env: dict | None = None) -> RayCluster:
         cluster = RayCluster(started_here=True, address="local")
     cluster.board = ProgressBoard.remote()
     return cluster
+
+
+def _run_token() -> None:
+    """The local cluster's token: Ray turns its token authentication on for a new local cluster
+    (every process that talks to it must present the token); unless the user gave a token, it is
+    a new one of this run's, held in this process's environment (which the cluster's processes
+    inherit), never written to disk. A user's RAY_AUTH_MODE (disabled, token) is kept."""
+    if os.environ.get("RAY_AUTH_MODE", "token").lower() == "token" and not (
+            os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 
 def check_resources(requests: dict[str, tuple[float, float, str | None]]) -> str:

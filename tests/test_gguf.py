@@ -129,7 +129,10 @@ def test_prompts_are_rendered_with_the_models_own_chat_template(smollm2):
 def test_a_hub_repositorys_gguf_that_cannot_be_fetched_is_one_clear_error(monkeypatch):
     from workers.models import load_model
 
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no hub here: the fetch must fail, and say what it wanted
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read once, when it was imported
     with pytest.raises(RuntimeError, match="cannot fetch GGUF file model.Q4.gguf of someorg/some-model-GGUF"):
         load_model(hf="someorg/some-model-GGUF", gguf="model.Q4.gguf", device=torch.device("cpu"),
                    dtype=torch.float32)
