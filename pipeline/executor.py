@@ -48,16 +48,36 @@ class Cluster(Protocol):
     def close(self) -> None: ...
 
 
-def fit_on_nodes(requests: dict[str, tuple[float, float, str | None]], nodes: list[dict]) -> str:
+def fit_on_nodes(requests: dict[str, tuple[float, float, str | None]], nodes: list[dict],
+                 scalable: list[dict] | None = None) -> str:
     """Refuse a request no single node can meet: a cluster would wait for it forever.
 
     requests: job kind -> (num_cpus, num_gpus, accelerator type or None); nodes: each node's
     resources as Ray lists them ({"CPU": n, "GPU": n, "accelerator_type:H100": 1, ...}).
-    Returns a one-line description of the cluster.
+    scalable: the node types an autoscaler can add (their resources), [] when one runs without
+    saying which, None when the cluster has none; a request one of them meets is not refused, as
+    the autoscaler will add that node. Returns a one-line description of the cluster.
     """
     total_cpu = sum(n.get("CPU", 0) for n in nodes)
     total_gpu = sum(n.get("GPU", 0) for n in nodes)
     about = f"{len(nodes)} node(s), {total_cpu:g} CPU, {total_gpu:g} GPU in all"
+    try:
+        _fit(requests, nodes, about)
+        return about
+    except ResourceError as refused:
+        if scalable is None:
+            raise
+        if not scalable:
+            return f"{about}; an autoscaler adds what jobs wait for ({refused.args[0].split(': ', 1)[1]})"
+        types = ", ".join(f"{t.get('CPU', 0):g} CPU/{t.get('GPU', 0):g} GPU" for t in scalable)
+        try:
+            _fit(requests, nodes + scalable, f"{about}; the autoscaler's node types: {types}")
+        except ResourceError as also:
+            raise ResourceError(f"{also.args[0]}, and no node type the autoscaler adds has it either") from None
+        return f"{about}; the autoscaler adds nodes of {types} for what jobs wait for"
+
+
+def _fit(requests: dict[str, tuple[float, float, str | None]], nodes: list[dict], about: str) -> None:
     largest = {"CPU": max((n.get("CPU", 0) for n in nodes), default=0),
                "GPU": max((n.get("GPU", 0) for n in nodes), default=0)}
     for kind, (cpus, gpus, accelerator) in sorted(requests.items()):
@@ -70,7 +90,6 @@ def fit_on_nodes(requests: dict[str, tuple[float, float, str | None]], nodes: li
                 raise ResourceError(
                     f"resources.{kind}.num_{key.lower()}s: a {kind} job asks for {asked:g} {key}(s) but the "
                     f"largest node has {largest[key]:g} (cluster: {about})")
-    return about
 
 
 @dataclass

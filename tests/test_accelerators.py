@@ -112,3 +112,18 @@ def test_a_rerun_on_another_worker_times_again_and_reuses_everything_else(tmp_pa
     store.close()
     assert len(ran[0]) == 11
     assert ran[1] == ["measure_speedup"] * 2 + ["profile_cost"] * 2 + ["select_depth"] * 2
+
+
+def test_a_request_an_autoscaler_can_meet_is_not_refused():
+    cpu_only = [{"CPU": 4.0}]
+    gpu_type = {"CPU": 16.0, "GPU": 8.0, "accelerator_type:H100": 1.0}
+    asks = {"train_drafter": (1, 0, None), "profile_cost": (4, 1, "H100")}
+    with pytest.raises(ResourceError, match="resources.profile_cost.accelerator_type: no node has a H100 GPU"):
+        fit_on_nodes(asks, cpu_only)  # no autoscaler: it would wait forever
+    assert "the autoscaler adds nodes of 16 CPU/8 GPU" in fit_on_nodes(asks, cpu_only, [gpu_type])
+    assert "an autoscaler adds what jobs wait for" in fit_on_nodes(asks, cpu_only, [])  # its types unknown
+    with pytest.raises(ResourceError, match=r"num_gpus: a profile_cost job asks for 16 GPU\(s\) but the largest node "
+                                            r"has 8 .*no node type the autoscaler adds has it either"):
+        fit_on_nodes({"profile_cost": (4, 16, None)}, cpu_only, [gpu_type])
+    # a kind the nodes there meet is not refused for want of an autoscaler type that has it
+    assert fit_on_nodes({"measure_curve": (4, 0, None), "profile_cost": (1, 1, None)}, cpu_only, [{"CPU": 2, "GPU": 1}])

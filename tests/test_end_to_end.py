@@ -284,7 +284,7 @@ def test_a_worker_killed_mid_job_is_retried_by_ray_and_its_job_recorded_once(fir
 def test_the_runtime_env_reaches_every_worker(ray_cluster):
     import ray
 
-    from pipeline.cluster import connect
+    from pipeline.cluster import autoscaler_node_types, connect
 
     connect(ray_cluster, {"env_vars": {"HF_TOKEN": "hf_fromTheDriver"}})
     try:
@@ -294,5 +294,6 @@ def test_the_runtime_env_reaches_every_worker(ray_cluster):
 
         seen = ray.get([read.remote() for _ in range(6)])
         assert {token for token, _ in seen} == {"hf_fromTheDriver"}
+        assert autoscaler_node_types() is None  # `ray start` nodes: no autoscaler, only the nodes there count
     finally:
         ray.shutdown()
