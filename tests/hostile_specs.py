@@ -108,4 +108,9 @@ HOSTILE: list[tuple[str, str | bytes, str]] = [
     ("prompts a number", spec(evaluation={"prompts": 3}), "evaluation.prompts"),
     ("duplicate key", "name: h\nname: h2\n", "key given twice"),
     ("key with a newline", 'name: h\nevaluation: {"\\n": 1}\n', "evaluation['\\n']: unknown key"),  # found by fuzzing
+    ("a token written in the spec", spec(runtime_env={"env_vars": {"HF_TOKEN": "hf_x"}}), "runtime_env: env_vars.HF_TOKEN"),
+    ("env var name with a space", spec(runtime_env={"env_vars": {"A B": "1"}}), "runtime_env.env_vars"),
+    ("env vars a list", spec(runtime_env={"env_vars": ["A=1"]}), "runtime_env.env_vars"),
+    ("pip a map", spec(runtime_env={"pip": {"torch": 1}}), "runtime_env.pip"),
+    ("runtime_env conda", spec(runtime_env={"conda": "base"}), "runtime_env.conda: unknown key"),
 ]
