@@ -24,7 +24,7 @@ def probe_worker(spec, cluster=None) -> WorkerEnv:
         return cluster.probe(res.num_cpus, res.num_gpus, res.accelerator_type)
     from workers.environment import gpus_here, worker_env
 
-    if res.num_gpus > gpus_here():
+    if res.num_gpus > 0 and res.num_gpus > gpus_here():
         raise ResourceError(f"resources.{TIMED}.num_gpus: a {TIMED} job asks for {res.num_gpus:g} GPU(s) but this "
                             f"machine has {gpus_here()} (cluster: this machine)")
     return worker_env(res.num_gpus)

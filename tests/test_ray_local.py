@@ -1,9 +1,11 @@
 """The local cluster specfleet starts: on loopback only, with Ray's token authentication, its token
-held by the run alone (nothing written to disk), and refused to a client without it."""
+held by the run alone (nothing written to disk), refused to a client without it, and started
+although Ray's record of the current cluster is stale (it points at a cluster long gone)."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -30,7 +32,7 @@ DRIVER = textwrap.dedent("""
 
     def client(extra):
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-        env.update(RAY_gcs_server_port_wait_time_s="3", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", **extra)
+        env.update(RAY_gcs_server_port_wait_time_s="1", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", **extra)
         code = f"import ray; ray.init(address={gcs!r}, log_to_driver=False); print(ray.get(ray.remote(lambda: 7).remote()))"
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         return done.returncode, done.stdout.strip()[-20:]
@@ -45,10 +47,16 @@ DRIVER = textwrap.dedent("""
 
 
 def test_the_local_cluster_is_loopback_only_and_refuses_clients_without_its_token(tmp_path):
+    temp = Path(f"/tmp/sfl-{os.getpid()}")  # Ray's temp folder (short: socket paths must fit in 107 characters)
+    (temp / "ray").mkdir(parents=True, exist_ok=True)
+    (temp / "ray" / "ray_current_cluster").write_text("127.0.0.1:1")  # a stale session's record
     env = {k: v for k, v in os.environ.items() if k not in AUTH_VARS}
-    env.update(HOME=str(tmp_path), PYTHONPATH=str(Path(__file__).parents[1]))
-    done = subprocess.run([sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path)
+    env.update(HOME=str(tmp_path), PYTHONPATH=str(Path(__file__).parents[1]), RAY_TMPDIR=str(temp))
+    try:
+        done = subprocess.run([sys.executable, "-c", DRIVER], env=env, capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.split("RESULT ", 1)[1])
     assert result["mode"] == "token" and result["token_len"] == 64 and result["ok"] == 42

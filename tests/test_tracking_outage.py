@@ -89,3 +89,48 @@ def test_an_outage_longer_than_the_bound_is_one_error(mlflow_server):
         assert time.monotonic() - t0 < 40 and "\n" not in str(caught.value)
     finally:
         proxy.up()
+
+
+def test_a_run_rides_out_a_database_and_an_mlflow_outage_mid_run(mlflow_server, tmp_path):
+    """Both shared services go away together in the middle of a run for 3 s: the run waits for
+    them and ends with every job run once, recorded once, and nothing failed."""
+    import yaml
+    from rich.console import Console
+    from test_executor import SPEC, answer
+
+    from db.store import Store
+    from pipeline.executor import run_plan
+    from pipeline.local import LocalCluster
+    from pipeline.plan import build_plan
+    from pipeline.spec import parse_spec
+
+    mlflow_proxy, uri = mlflow_server
+    for db in _fresh_pg_database():
+        db_proxy = TcpProxy(make_url(db).port or 5432)
+        store = Store(make_url(db).set(host="127.0.0.1", port=db_proxy.port).render_as_string(hide_password=False),
+                      retry_s=60)
+        tracker = Tracker(uri, retry_s=60)
+        ran: list[str] = []
+
+        def runner(kind, config, inputs, **kw):
+            ran.append(kind)
+            if len(ran) == 4:  # mid-run: both services go, and come back 3 s later
+                for proxy in (db_proxy, mlflow_proxy):
+                    proxy.down()
+                    threading.Timer(3.0, proxy.up).start()
+            return answer(kind, config, inputs, **kw)
+
+        spec = parse_spec(yaml.safe_dump({**SPEC, "name": "ride-out"}))
+        t0 = time.monotonic()
+        summary = run_plan(build_plan(spec, "v1"), spec=spec, spec_text="", store=store, tracker=tracker,
+                           workdir=tmp_path, connect=lambda: LocalCluster(runner), console=Console(quiet=True))
+        assert time.monotonic() - t0 > 3  # it did wait for them
+        assert len(summary.done) == 11 and not summary.failed and len(ran) == 11
+        assert {(j["status"], j["attempts"]) for j in store.jobs()} == {("done", 1)}
+        assert len(store.best()) == 2
+        exp = tracker.client.get_experiment_by_name("specfleet/ride-out")
+        runs = tracker.client.search_runs([exp.experiment_id])
+        assert len(runs) == 12 and {r.info.status for r in runs} == {"FINISHED"}  # one per job, and the parent
+        assert not list((tmp_path / "unrecorded").glob("*.json"))
+        store.close()
+        db_proxy.down()

@@ -8,29 +8,32 @@ import platform
 import re
 import shutil
 import subprocess
+from importlib.metadata import version
 from pathlib import Path
 
-import torch
-
 from pipeline.core.contracts import WorkerEnv
-from workers.device import pick_device
 
 
 def worker_env(num_gpus: float) -> WorkerEnv:
-    """This worker, for a job given `num_gpus` GPUs (CUDA when it has any, as the job will run)."""
-    import transformers
+    """This worker, for a job given `num_gpus` GPUs (CUDA when it has any, as the job will run).
+    Library releases are the installed distributions' (no import: a CPU job's report is quick)."""
+    if num_gpus > 0:
+        import torch
 
-    device = pick_device(num_gpus)
-    if device.type == "cuda":
+        from workers.device import pick_device
+
+        device = pick_device(num_gpus)  # refuses GPUs that torch cannot see
         model, cuda, driver = torch.cuda.get_device_name(device), torch.version.cuda or "unknown", _nvidia_driver()
     else:
         model, cuda, driver = _cpu_model(), "none", "none"
-    return WorkerEnv(device=model, cuda=cuda, driver=driver, torch=torch.__version__,
-                     transformers=transformers.__version__)
+    return WorkerEnv(device=model, cuda=cuda, driver=driver, torch=version("torch"),
+                     transformers=version("transformers"))
 
 
 def gpus_here() -> int:
     """The CUDA devices this process can use."""
+    import torch
+
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
