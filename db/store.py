@@ -392,7 +392,7 @@ class Store:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise StoreError(f"{action}: database {self.url} unavailable for {self.retry_s:g} s "
-                                     f"(SPECFLEET_DB_RETRY_S): {one_line(error)}") from error
+                                     f"(--retry-s, SPECFLEET_DB_RETRY_S): {one_line(error)}") from error
                 wait = min(delay, remaining)
                 log.warning("%s: database %s: %s; retrying in %.2f s", action, self.url, one_line(error), wait)
                 time.sleep(wait)

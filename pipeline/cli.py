@@ -42,11 +42,11 @@ def mlflow_uri(workdir: Path, uri: str | None) -> tuple[str, str | None]:
     return f"sqlite:///{(workdir / 'mlflow.db').resolve()}", str(workdir / "mlflow-artifacts")
 
 
-def _store(workdir: Path, db: str | None):
+def _store(workdir: Path, db: str | None, retry_s: float | None = None):
     from db.store import Store, StoreError
 
     try:
-        return Store(db_url(workdir, db))
+        return Store(db_url(workdir, db), retry_s=retry_s)
     except StoreError as exc:
         raise UserError(f"--db: {exc}") from None
 
@@ -72,6 +72,9 @@ def run(
     runtime_env: Annotated[Optional[str], typer.Option(
         "--runtime-env", help="Ray runtime_env for the workers, as JSON: {\"env_vars\": {\"HF_TOKEN\": \"...\"}, "
                               "\"pip\": [...]}; added to the spec's runtime_env section.")] = None,
+    retry_s: Annotated[Optional[float], typer.Option(
+        "--retry-s", help="How long database and MLflow calls wait out an outage before the run stops "
+                          "(default: $SPECFLEET_DB_RETRY_S and $SPECFLEET_MLFLOW_RETRY_S, else 60).")] = None,
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
     mlflow: MlflowOpt = None,
@@ -79,6 +82,8 @@ def run(
     """Plan the spec's jobs and run them on Ray, logging to MLflow and the database."""
     from pipeline.spec import load_spec
 
+    if retry_s is not None:
+        _in_range("--retry-s", retry_s, 0, 86_400)
     parsed, text = load_spec(spec)
     from pipeline.runtime_env import from_cli, merged
 
@@ -89,7 +94,7 @@ def run(
         if dry_run:
             _print_plan(plan, workdir, db)
             return
-        _run(plan, parsed, text, workdir, db, mlflow, joined or (lambda: _ray_cluster(None, workers_env)))
+        _run(plan, parsed, text, workdir, db, mlflow, joined or (lambda: _ray_cluster(None, workers_env)), retry_s)
     finally:
         if joined is not None:
             joined.close()
@@ -107,16 +112,16 @@ def _plan(parsed, cluster):
     return build_plan(parsed, code_version, worker)
 
 
-def _run(plan, parsed, text: str, workdir: Path, db, mlflow, cluster) -> None:
+def _run(plan, parsed, text: str, workdir: Path, db, mlflow, cluster, retry_s: float | None) -> None:
     """Run `plan` on `cluster` (a joined one, or a function starting the local one when needed)."""
     from pipeline.executor import run_plan
     from pipeline.tracking import Tracker
 
     workdir.mkdir(parents=True, exist_ok=True)
     uri, artifacts = mlflow_uri(workdir, mlflow)
-    tracker = Tracker(uri, artifacts)
+    tracker = Tracker(uri, artifacts, retry_s=retry_s)
     tracker.check()
-    store = _store(workdir, db)
+    store = _store(workdir, db, retry_s)
     try:
         summary = run_plan(plan, spec=parsed, spec_text=text, store=store, tracker=tracker, workdir=workdir,
                            connect=cluster if callable(cluster) else lambda: cluster, console=err)

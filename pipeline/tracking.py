@@ -179,7 +179,7 @@ class Tracker:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise UserError(f"MLflow tracking store {mask_secrets(self.uri)} unavailable for {self.retry_s:g} s "
-                                    f"(SPECFLEET_MLFLOW_RETRY_S): {mask_secrets(_first_line(exc))}") from None
+                                    f"(--retry-s, SPECFLEET_MLFLOW_RETRY_S): {mask_secrets(_first_line(exc))}") from None
                 wait = min(delay, remaining)
                 log.warning("MLflow %s: %s; retrying in %.2f s", method.__name__, mask_secrets(_first_line(exc)), wait)
                 time.sleep(wait)

@@ -57,3 +57,31 @@ def test_an_outage_longer_than_the_retry_time_is_one_clear_error(pg_through_prox
     proxy.up()
     assert _add(store, 1) == 1  # nothing was half-written: the next version is the first
     store.close()
+
+
+def test_run_takes_the_retry_time_for_the_database_and_mlflow(tmp_path, monkeypatch):
+    """`specfleet run --retry-s S` is how long both stores' calls wait out an outage; a value out of
+    range is refused before anything is opened."""
+    import yaml
+    from typer.testing import CliRunner
+
+    import pipeline.executor
+    from pipeline.cli import app
+    from pipeline.executor import RunSummary
+
+    seen = {}
+
+    def run_plan(plan, *, store, tracker, **kw):
+        seen.update(db=store.retry_s, mlflow=tracker.retry_s)
+        return RunSummary(1, "run", "no cluster needed")
+
+    monkeypatch.setattr(pipeline.executor, "run_plan", run_plan)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"name": "r", "targets": [{"name": "t", "builtin": {}}],
+                                                     "drafters": [{"name": "d"}]}))
+    done = CliRunner().invoke(app, ["run", "s.yaml", "--retry-s", "7.5"])
+    assert done.exit_code == 0, done.output
+    assert seen == {"db": 7.5, "mlflow": 7.5}
+    refused = CliRunner().invoke(app, ["run", "s.yaml", "--retry-s", "-1", "--workdir", "elsewhere"])
+    assert str(refused.exception) == "--retry-s: -1 is outside [0, 86400]"  # the CLI's entry prints it, exit 1
+    assert not (tmp_path / "elsewhere").exists()
