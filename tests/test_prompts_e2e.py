@@ -1,4 +1,5 @@
-"""A prompts file in each chat shape and format through `specfleet run`, to curves and depths per category."""
+"""A prompts file through `specfleet run`, to curves and depths per category. (Every shape and format
+is read in test_prompts_file.py; one goes the whole way here: each `specfleet run` costs a cluster.)"""
 from __future__ import annotations
 
 import copy
@@ -8,7 +9,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 from test_end_to_end import specfleet
-from test_prompts_file import write_json, write_jsonl, write_parquet
+from test_prompts_file import write_json, write_jsonl
 from test_prompts_render import TEMPLATE
 
 from db.store import Store
@@ -31,22 +32,19 @@ def plain(i, category):
     return {"prompt": TOPICS[category].format(WORDS[i % 8]), "category": category}
 
 
-FILES = {"sharegpt.jsonl": (write_jsonl, sharegpt), "openai.json": (write_json, openai),
-         "plain.parquet": (write_parquet, plain)}
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, tiny_target):
-    """A target folder whose tokenizer has its own chat template, the training file and one prompts
-    file per shape."""
+    """A target folder whose tokenizer has its own chat template, the training file and a ShareGPT
+    prompts file."""
     tmp = tmp_path_factory.mktemp("prompts")
     model, tokenizer, _ = tiny_target
     tok = copy.deepcopy(tokenizer)
     tok.chat_template = TEMPLATE
     model.save_pretrained(tmp / "target", safe_serialization=True)
     tok.save_pretrained(tmp / "target")
-    for name, (write, shape) in FILES.items():
-        write(tmp / name, [shape(i, c) for i in range(4) for c in TOPICS])
+    write_jsonl(tmp / "sharegpt.jsonl", [sharegpt(i, c) for i in range(4) for c in TOPICS])
     write_json(tmp / "train.json", [openai(i, "code") | {"messages": openai(i, "code")["messages"] + [
         {"role": "assistant", "content": "def f(x):\n    return x"}]} for i in range(40)])
     return tmp
@@ -62,9 +60,8 @@ def _spec(prompts: str, **training) -> dict:
             "cost": {"context_len": 8, "warmup": 0, "repeats": 2, "cost_ratio": 0.01}}
 
 
-@pytest.mark.parametrize("prompts", FILES)
-def test_each_shape_runs_to_curves_and_depths_per_category(workdir, prompts):
-    (workdir / "s.yaml").write_text(yaml.safe_dump(_spec(prompts)))
+def test_a_prompts_file_runs_to_curves_and_depths_per_category(workdir):
+    (workdir / "s.yaml").write_text(yaml.safe_dump(_spec("sharegpt.jsonl")))
     done = specfleet("run", "s.yaml", cwd=workdir)
     assert done.returncode == 0, done.stderr[-2000:]
     shown = specfleet("best", "--by-category", "--json", cwd=workdir)
