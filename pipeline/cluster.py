@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import time
 from dataclasses import dataclass, field
 
@@ -132,6 +133,9 @@ def connect(address: str | None, runtime_env: dict | None = None) -> RayCluster:
     if ray.is_initialized():
         cluster = RayCluster(started_here=False, address="(already connected)")
     elif address:
+        unreachable = _unreachable(address)
+        if unreachable:  # Ray itself would keep trying for minutes
+            raise UserError(f"--address: cannot join Ray cluster at {address}: {unreachable}")
         import db
         import pipeline
         import workers
@@ -154,6 +158,28 @@ def connect(address: str | None, runtime_env: dict | None = None) -> RayCluster:
         cluster = RayCluster(started_here=True, address="local")
     cluster.board = ProgressBoard.remote()
     return cluster
+
+
+def _unreachable(address: str) -> str | None:
+    """Why nothing could answer at a HOST:PORT address (None when something listens there, or the
+    address is another form, "auto" or "ray://...", that Ray resolves itself)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as exc:
+        return f"nothing answers at {host}:{port} ({exc.strerror or type(exc).__name__})"
+    return None
+
+
+def _why(exc: BaseException) -> str:
+    """One line on why joining failed; a token refusal (Ray puts it in the cause) says what to set."""
+    text = " ".join(str(e) for e in (exc, exc.__cause__, exc.__context__) if e is not None)
+    if "InvalidAuthToken" in text or "AuthenticationError" in text or "authentication token" in text.lower():
+        return ("the cluster uses token authentication and refused this one: set RAY_AUTH_MODE=token and the "
+                "cluster's token in RAY_AUTH_TOKEN or a file named by RAY_AUTH_TOKEN_PATH")
+    return str(exc).splitlines()[0]
 
 
 def _run_token() -> None:

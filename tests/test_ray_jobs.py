@@ -35,9 +35,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def head(tmp_path):
-    """(Jobs API URL, token): a one-node `ray start` head on loopback, token authentication on."""
+@pytest.fixture(scope="module")
+def head():
+    """(Jobs API URL, token, GCS address): a one-node `ray start` head on loopback, token
+    authentication on."""
     token = secrets.token_hex(32)
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -51,7 +52,7 @@ def head(tmp_path):
     started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=180)
     assert started.returncode == 0, started.stderr[-2000:]
     try:
-        yield f"http://127.0.0.1:{ports['dashboard-port']}", token
+        yield f"http://127.0.0.1:{ports['dashboard-port']}", token, f"127.0.0.1:{ports['port']}"
     finally:
         for proc in psutil.process_iter(["cmdline"]):  # only this head's: their command lines name its temp dir
             if str(temp) in " ".join(proc.info["cmdline"] or []):
@@ -65,7 +66,7 @@ def head(tmp_path):
 def test_a_run_submitted_through_the_jobs_api_records_everything(tmp_path, head):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    url, token = head
+    url, token, _ = head
     staged = tmp_path / "submit"  # what `ray job submit --working-dir .` uploads from a checkout
     shutil.copytree(REPO, staged, ignore=shutil.ignore_patterns(".*", "__pycache__", "tests", "*.egg-info"))
     (staged / "spec.yaml").write_text(yaml.safe_dump(SPEC))
@@ -88,11 +89,32 @@ def test_a_run_submitted_through_the_jobs_api_records_everything(tmp_path, head)
         JobSubmissionClient(url).list_jobs()
 
 
-def test_a_jobs_api_address_given_to_run_says_how_to_submit(tmp_path):
-    env = {**os.environ, "RAY_ADDRESS": "http://127.0.0.1:8265"}
+@pytest.mark.parametrize("address,message", [
+    ("http://127.0.0.1:8265", "--address/RAY_ADDRESS: http://127.0.0.1:8265 is the cluster's Jobs API: submit the "
+                              "run through it"),
+    ("127.0.0.1:1", "--address: cannot join Ray cluster at 127.0.0.1:1: nothing answers at 127.0.0.1:1"),
+])
+def test_an_address_run_cannot_join_is_one_line_at_once(tmp_path, address, message):
+    """A Jobs API address says how to submit; an address nothing answers at is refused at once (Ray
+    itself would retry for minutes). Nothing is written."""
+    env = {**os.environ, "RAY_ADDRESS": address}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(SPEC))
+    t0 = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pipeline", "run", "s.yaml"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0 and "Traceback" not in done.stderr
-    assert "RAY_ADDRESS: http://127.0.0.1:8265 is the cluster's Jobs API: submit the run through it" in done.stderr
+    assert done.returncode == 1 and "Traceback" not in done.stderr and message in done.stderr
+    assert time.monotonic() - t0 < 30
     assert not (tmp_path / ".specfleet").exists()  # nothing written
+
+
+def test_joining_a_token_cluster_without_its_token_says_what_to_set(tmp_path, head):
+    _, _, gcs = head
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env.update(RAY_gcs_server_port_wait_time_s="3", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", HOME=str(tmp_path))
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(SPEC))
+    done = subprocess.run([sys.executable, "-m", "pipeline", "run", "s.yaml", "--address", gcs], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert (f"--address: cannot join Ray cluster at {gcs}: the cluster uses token authentication and refused "
+            "this one: set RAY_AUTH_MODE=token") in done.stderr
+    assert not (tmp_path / ".specfleet").exists()
