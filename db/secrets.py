@@ -13,7 +13,8 @@ import re
 
 # names whose value is a secret, as query parameters, key=value pairs or variables
 SECRET_NAMES = (r"(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|auth|credentials?"
-                r"|[A-Z0-9_]*_TOKEN|[A-Z0-9_]*_SECRET|[A-Z0-9_]*_PASSWORD|[A-Z0-9_]*_API_KEY)")
+                r"|[A-Z0-9_]*_TOKEN|[A-Z0-9_]*SECRET[A-Z0-9_]*|[A-Z0-9_]*PASSWORD|[A-Z0-9_]*PASSWD"
+                r"|[A-Z0-9_]*_API_KEY|[A-Z0-9_]*_ACCESS_KEY(?:_ID)?)")
 MASK = "***"
 
 # the secret runs to the last @ before the host: an unencoded @ in a password is still hidden

@@ -69,7 +69,7 @@ def run(
     spec: Annotated[Path, typer.Argument(help="Experiment YAML.")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and stop.")] = False,
     address: Annotated[Optional[str], typer.Option("--address", help="Join this Ray cluster (default: $RAY_ADDRESS, else start one here).")] = None,
-    runtime_env: Annotated[Optional[str], typer.Option(
+    runtime_env_json: Annotated[Optional[str], typer.Option(
         "--runtime-env", help="Ray runtime_env for the workers, as JSON: {\"env_vars\": {\"HF_TOKEN\": \"...\"}, "
                               "\"pip\": [...]}; added to the spec's runtime_env section.")] = None,
     retry_s: Annotated[Optional[float], typer.Option(
@@ -87,21 +87,24 @@ def run(
     parsed, text = load_spec(spec)
     from pipeline.runtime_env import from_cli, merged
 
-    workers_env = merged(parsed.runtime_env, from_cli(runtime_env))
-    joined = _ray_cluster(address, workers_env) if address or os.environ.get("RAY_ADDRESS") else None
+    runtime_env = merged(parsed.runtime_env, from_cli(runtime_env_json))
+    # a cluster to join, or a local one whose workers get a runtime_env of their own: started now,
+    # as the timing jobs are planned for what its workers report
+    joined = _ray_cluster(address, runtime_env) if address or os.environ.get("RAY_ADDRESS") or runtime_env else None
     try:
         plan = _plan(parsed, joined)
         if dry_run:
             _print_plan(plan, workdir, db)
             return
-        _run(plan, parsed, text, workdir, db, mlflow, joined or (lambda: _ray_cluster(None, workers_env)), retry_s)
+        _run(plan, parsed, text, workdir, db, mlflow, joined or (lambda: _ray_cluster(None, runtime_env)), retry_s)
     finally:
         if joined is not None:
             joined.close()
 
 
 def _plan(parsed, cluster):
-    """The spec's plan, its timing jobs keyed by the worker `cluster` (None: this machine) gives them."""
+    """The spec's plan, its timing jobs keyed by the worker `cluster` (None: this machine, whose
+    interpreter the local cluster's workers run) gives them."""
     from pipeline.plan import build_plan
     from pipeline.probe import probe_worker
     from pipeline.version import code_version

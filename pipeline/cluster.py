@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import ray
 
 from pipeline.errors import UserError
-from pipeline.executor import fit_on_nodes
+from pipeline.resources import fit_on_nodes
 
 
 @ray.remote(num_cpus=0)
@@ -92,7 +92,12 @@ class RayCluster:
     def probe(self, num_cpus: float, num_gpus: float, accelerator_type: str | None):
         """What a worker placed like this reports (workers/environment.py): the timing jobs' identity."""
         placed = {"accelerator_type": accelerator_type} if accelerator_type else {}
-        return ray.get(_worker_env.options(num_cpus=num_cpus, num_gpus=num_gpus, **placed).remote(num_gpus))
+        try:
+            return ray.get(_worker_env.options(num_cpus=num_cpus, num_gpus=num_gpus, **placed).remote(num_gpus))
+        except ray.exceptions.RayError as exc:
+            cause = getattr(exc, "cause", None) or exc
+            raise UserError(f"resources.profile_cost: a worker placed like the timing jobs could not report itself: "
+                            f"{type(cause).__name__}: {next(iter(str(cause).splitlines()), '')}") from None
 
     def wait(self, refs: list, timeout: float):
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)
@@ -166,6 +171,7 @@ def _unreachable(address: str) -> str | None:
     host, sep, port = address.rpartition(":")
     if not sep or "://" in address or not port.isdigit():
         return None
+    host = host.strip("[]")  # [::1]:6379
     try:
         socket.create_connection((host, int(port)), timeout=10).close()
     except OSError as exc:
@@ -179,7 +185,7 @@ def _why(exc: BaseException) -> str:
     if "InvalidAuthToken" in text or "AuthenticationError" in text or "authentication token" in text.lower():
         return ("the cluster uses token authentication and refused this one: set RAY_AUTH_MODE=token and the "
                 "cluster's token in RAY_AUTH_TOKEN or a file named by RAY_AUTH_TOKEN_PATH")
-    return str(exc).splitlines()[0]
+    return next(iter(str(exc).splitlines()), type(exc).__name__)
 
 
 def _run_token() -> None:
@@ -207,8 +213,9 @@ def autoscaler_node_types() -> list[dict] | None:
 
         config = state.get_cluster_config()  # published by the platform that manages the cluster, if any
         if config is not None and config.node_group_configs:
-            return [dict(g.resources) for g in config.node_group_configs
-                    if g.resources and g.max_count != 0 and (g.max_count == -1 or g.max_count > g.min_count)]
+            types = [dict(g.resources) for g in config.node_group_configs
+                     if g.resources and g.max_count != 0 and (g.max_count == -1 or g.max_count > g.min_count)]
+            return types or None  # fixed-size groups only: nothing will be added
         from ray.autoscaler.v2.utils import is_autoscaler_v2
 
         if is_autoscaler_v2(fetch_from_server=True):

@@ -5,9 +5,11 @@ below. `pipeline/cluster.py` runs jobs as Ray tasks (the default); `pipeline/loc
 them one after another in this process, with no Ray at all, which is how the tests drive the
 failure and interrupt paths. The plan runs the same on both.
 
-Order of events for a spec: connect and check resources (a refused spec writes nothing), then
-open the experiment in the database and MLflow, submit every job that is not already
-finished, and record results as they arrive.
+Order of events for a spec: find what is finished (reusable) and what an earlier run finished
+but could not record (kept in the work directory, pipeline/unrecorded.py); when something has to
+run, connect and check resources (a refused spec writes nothing to the stores); open the
+experiment in the database and MLflow, claim the jobs, record the kept results, submit every
+job still to run, and record results as they arrive (each kept on disk first).
 """
 from __future__ import annotations
 
@@ -25,7 +27,6 @@ from pipeline.core.contracts import Stored
 from pipeline.core.files import clean_partials
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.kinds import resolve
-from pipeline.errors import ResourceError
 from pipeline.plan import Job, Plan
 from pipeline.progress import ProgressView
 from pipeline.record import Recording, finished, intact, with_files
@@ -46,50 +47,6 @@ class Cluster(Protocol):
     def progress(self) -> dict[str, dict]: ...  # job hash -> {"started": ..., "step": ...}
     def cancel(self, refs: list) -> None: ...
     def close(self) -> None: ...
-
-
-def fit_on_nodes(requests: dict[str, tuple[float, float, str | None]], nodes: list[dict],
-                 scalable: list[dict] | None = None) -> str:
-    """Refuse a request no single node can meet: a cluster would wait for it forever.
-
-    requests: job kind -> (num_cpus, num_gpus, accelerator type or None); nodes: each node's
-    resources as Ray lists them ({"CPU": n, "GPU": n, "accelerator_type:H100": 1, ...}).
-    scalable: the node types an autoscaler can add (their resources), [] when one runs without
-    saying which, None when the cluster has none; a request one of them meets is not refused, as
-    the autoscaler will add that node. Returns a one-line description of the cluster.
-    """
-    total_cpu = sum(n.get("CPU", 0) for n in nodes)
-    total_gpu = sum(n.get("GPU", 0) for n in nodes)
-    about = f"{len(nodes)} node(s), {total_cpu:g} CPU, {total_gpu:g} GPU in all"
-    try:
-        _fit(requests, nodes, about)
-        return about
-    except ResourceError as refused:
-        if scalable is None:
-            raise
-        if not scalable:
-            return f"{about}; an autoscaler adds what jobs wait for ({refused.args[0].split(': ', 1)[1]})"
-        types = ", ".join(f"{t.get('CPU', 0):g} CPU/{t.get('GPU', 0):g} GPU" for t in scalable)
-        try:
-            _fit(requests, nodes + scalable, f"{about}; the autoscaler's node types: {types}")
-        except ResourceError as also:
-            raise ResourceError(f"{also.args[0]}, and no node type the autoscaler adds has it either") from None
-        return f"{about}; the autoscaler adds nodes of {types} for what jobs wait for"
-
-
-def _fit(requests: dict[str, tuple[float, float, str | None]], nodes: list[dict], about: str) -> None:
-    largest = {"CPU": max((n.get("CPU", 0) for n in nodes), default=0),
-               "GPU": max((n.get("GPU", 0) for n in nodes), default=0)}
-    for kind, (cpus, gpus, accelerator) in sorted(requests.items()):
-        if accelerator is not None and not any(n.get(f"accelerator_type:{accelerator}", 0) > 0 for n in nodes):
-            kinds = sorted({k.partition(":")[2] for n in nodes for k in n if k.startswith("accelerator_type:")})
-            raise ResourceError(f"resources.{kind}.accelerator_type: no node has a {accelerator} GPU "
-                                f"(cluster: {about}; GPU models: {', '.join(kinds) or 'none'})")
-        for key, asked in (("GPU", gpus), ("CPU", cpus)):
-            if asked > largest[key]:
-                raise ResourceError(
-                    f"resources.{kind}.num_{key.lower()}s: a {kind} job asks for {asked:g} {key}(s) but the "
-                    f"largest node has {largest[key]:g} (cluster: {about})")
 
 
 @dataclass
@@ -156,34 +113,30 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
         for left in clean_partials(folder):
             console.print(f"removed {left.name}: a half-written file of a run that ended")
     reusable = _reusable(ctx)
+    for h in reusable:  # recorded already (a driver killed between recording and removing the copy)
+        ctx.unrecorded.drop(h)
     kept = ctx.unrecorded.held([j for j in plan.jobs if j.hash not in reusable])
-    if len(reusable) + len(kept) == len(plan.jobs):  # nothing to run: no cluster needed
-        summary = _open_experiment(ctx, spec, spec_text, "no cluster needed")
-        reusable = _claim(ctx, reusable, console)
-        summary.cached = list(reusable)
-        _record_kept(ctx, kept, reusable, {}, summary, console)
-        summary.report = _report(ctx, workdir / "reports" / f"{spec.name}-curves.png", spec.name)
-        tracker.end(ctx.parent_run, ok=True)
-        summary.seconds = time.perf_counter() - t0
-        return summary
-    requests = {j.kind: (j.num_cpus, j.num_gpus, j.accelerator_type) for j in plan.jobs if j.hash not in reusable}
-    cl = connect()
+    to_run = [j for j in plan.jobs if j.hash not in reusable and j.hash not in kept]
+    cl = connect() if to_run else None  # nothing to run: no cluster needed
     try:
-        about = cl.check_resources(requests)
+        about = cl.check_resources({j.kind: (j.num_cpus, j.num_gpus, j.accelerator_type) for j in to_run}) \
+            if cl is not None else "no cluster needed"
         summary = _open_experiment(ctx, spec, spec_text, about)
         try:
             reusable = _claim(ctx, reusable, console)
             summary.cached = list(reusable)
             runs: dict[str, str] = {}
             _record_kept(ctx, kept, reusable, runs, summary, console)
-            _execute(ctx, cl, summary, reusable, runs, console)
+            if cl is not None:
+                _execute(ctx, cl, summary, reusable, runs, console)
             summary.report = _report(ctx, workdir / "reports" / f"{spec.name}-curves.png", spec.name)
         except BaseException:
             tracker.end(ctx.parent_run, ok=False)
             raise
         tracker.end(ctx.parent_run, ok=not summary.failed)
     finally:
-        cl.close()
+        if cl is not None:
+            cl.close()
     summary.seconds = time.perf_counter() - t0
     return summary
 
@@ -225,11 +178,11 @@ def _claim(ctx: Context, reusable: dict, console) -> dict:
     while True:
         to_run = [j.hash for j in ctx.plan.jobs if j.hash not in reusable]
         # done once but their files are gone or damaged (found by _reusable): they run again
-        held = ctx.store.claim(to_run, owner=ctx.owner, lease_s=LEASE_S, rerun=sorted(ctx.stale))
-        if not held:
+        others = ctx.store.claim(to_run, owner=ctx.owner, lease_s=LEASE_S, rerun=sorted(ctx.stale))
+        if not others:
             ctx.tracker.end_abandoned(ctx.mlflow_experiment, done=set(reusable), claimed=set(to_run))
             return reusable
-        console.print(f"waiting: driver {sorted(set(held.values()))[0]} holds {len(held)} of this run's jobs")
+        console.print(f"waiting: driver {sorted(set(others.values()))[0]} holds {len(others)} of this run's jobs")
         time.sleep(WAIT_POLL_S)
         reusable = {**reusable, **_reusable(ctx, set(to_run))}
 
@@ -255,18 +208,20 @@ def _reusable(ctx: Context, hashes: set[str] | None = None) -> dict[str, object]
 def _record_kept(ctx: Context, kept: dict, reusable: dict, runs: dict, summary: RunSummary, console) -> None:
     """Record the results an earlier run finished but could not record (pipeline/unrecorded.py);
     they join `reusable`, as inputs of the jobs still to run. Those another driver recorded in the
-    meantime are dropped."""
+    meantime are dropped, and so are those with an input that has to run again (they run again
+    on it)."""
     for job in ctx.plan.jobs:  # inputs are recorded before what ran on them
         if job.hash not in kept:
             continue
-        if job.hash in reusable:
+        if job.hash in reusable or any(h not in reusable for _, h in job.deps):
             ctx.unrecorded.drop(job.hash)
             continue
+        ctx.store.renew(ctx.owner, lease_s=LEASE_S)  # uploading checkpoints can take a while
         runs[job.hash] = _start_run(ctx, job)
         if _record(ctx, job, kept[job.hash], runs, summary):
             summary.recovered.append(job.hash)
             console.print(f"recorded {job.name}: finished by an earlier run that could not record it")
-        reusable[job.hash] = kept[job.hash]
+        reusable[job.hash] = kept[job.hash]  # not run again either way; what runs on it is recorded only if it is
 
 
 def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, runs: dict, console) -> None:
@@ -315,7 +270,7 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, run
     except BaseException:  # interrupted or a store/MLflow failure: leave nothing marked running
         _keep_arrived(ctx, cl, pending)
         cl.cancel(list(pending))
-        kept = ctx.unrecorded.held(ctx.plan.jobs)
+        kept = ctx.unrecorded.held([j for j in ctx.plan.jobs if j.hash not in reusable])
         if kept:
             console.print(f"{len(kept)} finished result(s) not recorded are kept in {ctx.unrecorded.root}: "
                           f"the next run records them")
@@ -395,9 +350,9 @@ def _record(ctx: Context, job: Job, result, runs: dict, summary: RunSummary) -> 
     """Record a finished job's kept result in MLflow and the database (its run is started); the
     kept copy is removed once it is. Whether it was recorded."""
     run_id = runs[job.hash]
-    unrecorded = [ctx.jobs[h].name for _, h in job.deps if h in summary.failed]
-    if unrecorded:  # it ran on an input that was never recorded: recording it would orphan it
-        _record_failure(ctx, job.hash, runs, summary, f"not recorded: its input {unrecorded[0]} failed to record")
+    failed_inputs = [ctx.jobs[h].name for _, h in job.deps if h in summary.failed]
+    if failed_inputs:  # it ran on an input that was never recorded: recording it would orphan it
+        _record_failure(ctx, job.hash, runs, summary, f"not recorded: its input {failed_inputs[0]} failed to record")
         return False
     rec = Recording(ctx.tracker, ctx.store, run_id, ctx.experiment_id, ctx.plan.spec_hash,
                     ctx.plan.code_version, ctx.jobs)

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pipeline.resources import fit_on_nodes
+
 
 @dataclass(eq=False)
 class LocalRef:
@@ -43,8 +45,6 @@ class LocalCluster:
         self.closed = False
 
     def check_resources(self, requests: dict[str, tuple[float, float, str | None]]) -> str:
-        from pipeline.executor import fit_on_nodes
-
         return fit_on_nodes(requests, [{"CPU": self.cpus, "GPU": self.gpus}])
 
     def submit(self, job, deps: dict) -> LocalRef:

@@ -16,8 +16,9 @@ TIMED = "profile_cost"  # measure_speedup is placed alike (the spec checks it)
 
 
 def probe_worker(spec, cluster=None) -> WorkerEnv:
-    """Ask `cluster` (a joined Ray cluster), or with none this machine, whose workers are this
-    very interpreter and hardware (the local cluster specfleet starts)."""
+    """Ask `cluster` (a Ray cluster: a joined one, or a local one whose workers have a runtime_env of
+    their own), or with none this machine: the workers of the local cluster specfleet starts run
+    this very interpreter on this hardware."""
     res = spec.resources_for(TIMED)
     if cluster is not None:
         cluster.check_resources({TIMED: (res.num_cpus, res.num_gpus, res.accelerator_type)})

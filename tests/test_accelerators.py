@@ -7,7 +7,7 @@ import yaml
 
 from pipeline.core.contracts import WorkerEnv
 from pipeline.errors import ResourceError, SpecError
-from pipeline.executor import fit_on_nodes
+from pipeline.resources import fit_on_nodes
 from pipeline.plan import build_plan
 from pipeline.spec import parse_spec
 from workers.environment import gpus_here
@@ -126,4 +126,12 @@ def test_a_request_an_autoscaler_can_meet_is_not_refused():
                                             r"has 8 .*no node type the autoscaler adds has it either"):
         fit_on_nodes({"profile_cost": (4, 16, None)}, cpu_only, [gpu_type])
     # a kind the nodes there meet is not refused for want of an autoscaler type that has it
-    assert fit_on_nodes({"measure_curve": (4, 0, None), "profile_cost": (1, 1, None)}, cpu_only, [{"CPU": 2, "GPU": 1}])
+    assert "the autoscaler adds nodes of 2 CPU/1 GPU" in fit_on_nodes(
+        {"measure_curve": (4, 0, None), "profile_cost": (1, 1, None)}, cpu_only, [{"CPU": 2, "GPU": 1}])
+    # one node must have everything a job asks for at once: 16 CPUs here and a GPU there is no place for it
+    with pytest.raises(ResourceError, match=r"resources.profile_cost: no single node has 16 CPU\(s\) and 1 GPU\(s\) "
+                                            r"at once .*no node type the autoscaler adds has it either"):
+        fit_on_nodes({"profile_cost": (16, 1, None)}, [{"CPU": 16.0}], [{"CPU": 2, "GPU": 1}])
+    with pytest.raises(ResourceError, match=r"no single node has 4 CPU\(s\) and 1 GPU\(s\) of model H100 at once"):
+        fit_on_nodes({"profile_cost": (4, 1, "H100")}, [{"CPU": 16.0, "accelerator_type:H100": 1.0},
+                                                        {"CPU": 2.0, "GPU": 1.0}])

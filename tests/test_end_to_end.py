@@ -292,8 +292,9 @@ def test_the_runtime_env_reaches_every_worker(ray_cluster):
         def read():
             return os.environ.get("HF_TOKEN"), ray.get_runtime_context().get_node_id()
 
-        seen = ray.get([read.remote() for _ in range(6)])
+        seen = ray.get([read.options(scheduling_strategy="SPREAD").remote() for _ in range(6)])
         assert {token for token, _ in seen} == {"hf_fromTheDriver"}
+        assert len({node for _, node in seen}) == 2  # on both nodes
         assert autoscaler_node_types() is None  # `ray start` nodes: no autoscaler, only the nodes there count
     finally:
         ray.shutdown()

@@ -69,6 +69,7 @@ def test_killed_and_rerun_equals_uninterrupted(tmp_path, reference, where, n):
     after = snapshot(tmp_path)
     assert after == reference
     assert all(len(metrics) == 1 for metrics in after["mlflow"].values())
+    assert not list((tmp_path / "unrecorded").glob("*.json"))  # every kept result recorded, or dropped once it was
 
 
 @pytest.mark.parametrize("service,n", [("db-down", 4), ("mlflow-down", 6)])

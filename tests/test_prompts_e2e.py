@@ -32,8 +32,6 @@ def plain(i, category):
     return {"prompt": TOPICS[category].format(WORDS[i % 8]), "category": category}
 
 
-
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, tiny_target):
     """A target folder whose tokenizer has its own chat template, the training file and a ShareGPT

@@ -25,11 +25,12 @@ def test_variables_are_taken_from_the_shell_and_the_command_line_wins(monkeypatc
     assert merged(None, None) == {}
 
 
-def test_a_secret_written_in_the_spec_is_refused_without_echoing_it():
+@pytest.mark.parametrize("name", ["HF_TOKEN", "PGPASSWORD", "AWS_SECRET_ACCESS_KEY", "DB_PASSWD", "WANDB_API_KEY"])
+def test_a_secret_written_in_the_spec_is_refused_without_echoing_it(name):
     with pytest.raises(SpecError) as caught:
-        parse_spec(_spec({"env_vars": {"HF_TOKEN": "hf_literal123"}}))
-    assert "runtime_env: env_vars.HF_TOKEN: the spec is stored with the experiment" in str(caught.value)
-    assert "hf_literal123" not in str(caught.value)
+        parse_spec(_spec({"env_vars": {name: "literal123", "HF_HOME": "/data/hf"}}))
+    assert f"runtime_env: env_vars.{name}: the spec is stored with the experiment" in str(caught.value)
+    assert "literal123" not in str(caught.value)
 
 
 def test_a_variable_missing_from_the_shell_is_one_line_naming_it(monkeypatch):
