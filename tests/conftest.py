@@ -1,7 +1,11 @@
-"""Shared fixtures: one tiny trained target and drafter for the whole session (seconds on CPU)."""
+"""Shared fixtures: one tiny trained target and drafter, a two-node Ray cluster and an empty MLflow
+store for the whole session (each costs seconds on CPU)."""
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+from pathlib import Path
 
 import pytest
 
@@ -42,3 +46,40 @@ def tiny_drafters(tiny_target):
         files, _ = train_eagle3(target=target, tokenizer=tokenizer, spec=spec, seed=0, device=torch.device("cpu"))
         out[norm] = (load_eagle3(files, device="cpu", dtype=torch.float32), files)
     return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A two-node Ray cluster on loopback (ray.cluster_utils), its address; for the whole session."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "gcs_server_port": free_port(), "node_ip_address": "127.0.0.1", "include_dashboard": False})
+    cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    cluster.wait_for_nodes()
+    yield cluster.address
+    cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory) -> Path:
+    """An MLflow SQLite store with its tables made (MLflow migrates a new one for over a second)."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+def with_mlflow_store(folder: Path, template: Path) -> Path:
+    """`folder` holding a copy of the empty MLflow store as mlflow.db (unless it has one already)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "mlflow.db").exists():
+        shutil.copyfile(template, folder / "mlflow.db")
+    return folder

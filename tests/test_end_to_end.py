@@ -5,7 +5,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -35,24 +34,6 @@ SPEC = {
              "cost_ratio": 0.01},
     "validation": {"num_prompts": 2, "new_tokens": 8, "warmup_prompts": 0},
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "gcs_server_port": _free_port(), "node_ip_address": "127.0.0.1", "include_dashboard": False})
-    cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
-    cluster.wait_for_nodes()
-    yield cluster.address
-    cluster.shutdown()
 
 
 def specfleet(*args, cwd: Path) -> subprocess.CompletedProcess:

@@ -110,7 +110,7 @@ def test_sampled_decoding_matches_the_target_distribution(kind, temperature, dra
     check_sampled_distribution(target, proposer, temperature=temperature, draft_sampling=draft_sampling)
 
 
-def check_sampled_distribution(target, proposer, rounds: int = 1500, temperature: float = 1.0,
+def check_sampled_distribution(target, proposer, rounds: int = 1000, temperature: float = 1.0,
                                draft_sampling: str = "sampled"):
     """Sample 3 tokens `rounds` times at depth 2; they must follow the target's exact joint at that
     temperature."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from conftest import with_mlflow_store
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
@@ -62,7 +63,8 @@ def failing(when, error=RuntimeError("worker exploded")):
 
 
 @pytest.fixture
-def env(tmp_path):
+def env(tmp_path, mlflow_template):
+    with_mlflow_store(tmp_path, mlflow_template)
     store = Store(f"sqlite:///{tmp_path / 'specfleet.db'}")
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", str(tmp_path / "artifacts"))
     yield tmp_path, store, tracker

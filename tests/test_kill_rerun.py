@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import with_mlflow_store
 from mlflow.tracking import MlflowClient
 
 from db.store import Store
@@ -16,7 +17,16 @@ SCRIPT = Path(__file__).parent / "kill_driver.py"
 KILLS = [("claim", 1), ("job", 4), ("mlflow-run", 3), ("record", 2), ("done", 11)]
 
 
+TEMPLATE: list[Path] = []  # the session's empty MLflow store, copied into each new work directory
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _template(mlflow_template):
+    TEMPLATE.append(mlflow_template)
+
+
 def drive(workdir: Path, *kill: str) -> int:
+    with_mlflow_store(workdir, TEMPLATE[0])
     return subprocess.run([sys.executable, str(SCRIPT), str(workdir), *kill], capture_output=True, text=True,
                           timeout=300).returncode
 
@@ -77,6 +87,7 @@ def test_results_finished_while_a_store_was_down_are_recorded_by_the_next_run(tm
     """The database or MLflow goes away mid-run for longer than writes wait: the run ends with the
     store's error, the results that finished stay on disk, and the next run records them without
     running them again; the stores end as after an uninterrupted run."""
+    with_mlflow_store(tmp_path, TEMPLATE[0])
     first = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), service, str(n)], capture_output=True,
                            text=True, timeout=300)
     assert first.returncode == 1 and "unavailable for 60 s" in first.stderr
@@ -97,6 +108,7 @@ def test_the_uninterrupted_run_is_complete(reference):
 def test_two_drivers_at_once_run_each_job_once(tmp_path, reference):
     """The second driver waits for the jobs the first holds, then reuses them: nothing runs twice,
     nothing finished is overwritten, and the stores equal one uninterrupted run's."""
+    with_mlflow_store(tmp_path, TEMPLATE[0])
     procs = [subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     assert [p.wait(timeout=300) for p in procs] == [0, 0], [p.stderr.read()[-1500:] for p in procs]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import free_port
 import yaml
 
 from db.store import Store
@@ -29,12 +29,6 @@ SPEC = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def head():
     """(Jobs API URL, token, GCS address): a one-node `ray start` head on loopback, token
@@ -44,7 +38,7 @@ def head():
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("RAY_ADDRESS", None)
     temp = Path(f"/tmp/sfjobs-{os.getpid()}")  # a short path: Ray's socket names must fit in 107 characters
-    ports = {name: _free_port() for name in ("port", "dashboard-port", "dashboard-agent-listen-port",
+    ports = {name: free_port() for name in ("port", "dashboard-port", "dashboard-agent-listen-port",
                                              "ray-client-server-port", "metrics-export-port")}
     start = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--node-ip-address", "127.0.0.1",
              "--dashboard-host", "127.0.0.1", "--include-dashboard", "true", "--num-cpus", "2",

@@ -4,7 +4,7 @@ another one runs on this machine (the two-node one of test_end_to_end), and leav
 from __future__ import annotations
 
 import yaml
-from test_end_to_end import ray_cluster, specfleet  # noqa: F401 (a fixture)
+from test_end_to_end import specfleet
 
 from db.store import Store
 
@@ -15,7 +15,7 @@ SPEC = {"name": "tl", "targets": [{"name": "t", "builtin": {
         "resources": {"train_target": {"num_cpus": 1, "time_limit_s": 3}}}
 
 
-def test_a_job_past_its_time_limit_is_stopped_and_named(tmp_path, ray_cluster):  # noqa: F811
+def test_a_job_past_its_time_limit_is_stopped_and_named(tmp_path, ray_cluster):
     (tmp_path / "tl.yaml").write_text(yaml.safe_dump(SPEC))
     done = specfleet("run", "tl.yaml", cwd=tmp_path)  # no --address: a cluster of its own
     assert done.returncode == 1, done.stderr[-2000:]

@@ -2,7 +2,6 @@
 proxy the test takes down. Calls wait out the outage and log once; a longer one is one clear error."""
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import threading
@@ -11,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 from sqlalchemy import make_url
 from tcp_proxy import TcpProxy
 from test_store import _fresh_pg_database
@@ -19,18 +19,12 @@ from pipeline.errors import UserError
 from pipeline.tracking import Tracker
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
     """(proxy, tracking URI through it): an MLflow server whose store is a fresh PostgreSQL database."""
     artifacts = tmp_path_factory.mktemp("mlflow-artifacts")
     for db in _fresh_pg_database():
-        port = _free_port()
+        port = free_port()
         server = subprocess.Popen(
             [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
              make_url(db).render_as_string(hide_password=False), "--default-artifact-root", str(artifacts),
