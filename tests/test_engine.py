@@ -75,9 +75,9 @@ def test_greedy_drafts_verified_one_hot_keep_the_target_distribution_at_any_temp
             assert (chi2_pvalue(counts, p[0]) > 1e-4) == lossless, (temperature, lossless)
 
 
-def _tiny_llama(seed: int, vocab: int = V) -> LlamaForCausalLM:
+def _tiny_llama(seed: int, vocab: int = V, layers: int = 4) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
                       initializer_range=0.3, tie_word_embeddings=False)
     return LlamaForCausalLM(cfg).eval()
@@ -102,7 +102,7 @@ def test_sampled_decoding_matches_the_target_distribution(kind, temperature, dra
     and at another temperature."""
     target = _tiny_llama(0)
     if kind == "model":
-        proposer = ModelProposer(_tiny_llama(1))
+        proposer = ModelProposer(_tiny_llama(1, layers=1))  # a draft model smaller than its target, as in use
     else:
         cfg = drafter_config_for(target, norm="pre", fc_norm=False, fusion="tri")
         torch.manual_seed(2)

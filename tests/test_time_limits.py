@@ -12,7 +12,7 @@ SPEC = {"name": "tl", "targets": [{"name": "t", "builtin": {
             "layers": 4, "hidden_size": 64, "heads": 4, "intermediate_size": 128, "vocab_size": 400,
             "train": {"steps": 1_000_000, "batch_size": 8, "seq_len": 64}}}],
         "drafters": [{"name": "d"}],
-        "resources": {"train_target": {"num_cpus": 1, "time_limit_s": 3}}}
+        "resources": {"train_target": {"num_cpus": 1, "time_limit_s": 1}}}
 
 
 def test_a_job_past_its_time_limit_is_stopped_and_named(tmp_path, ray_cluster):
@@ -23,6 +23,6 @@ def test_a_job_past_its_time_limit_is_stopped_and_named(tmp_path, ray_cluster):
     with Store(f"sqlite:///{tmp_path / '.specfleet' / 'specfleet.db'}") as store:
         jobs = {j["name"]: j for j in store.jobs()}
     target = jobs["train_target t"]
-    assert target["status"] == "failed" and "resources.train_target.time_limit_s = 3 s" in target["error"]
-    assert 3 <= target["duration_s"] < 30  # stopped, not trained to the end (a million steps)
+    assert target["status"] == "failed" and "resources.train_target.time_limit_s = 1 s" in target["error"]
+    assert 1 <= target["duration_s"] < 30  # stopped, not trained to the end (a million steps)
     assert jobs["train_drafter t/d"]["error"] == "not run: its input train_target t failed"
