@@ -270,7 +270,7 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, run
     except BaseException:  # interrupted or a store/MLflow failure: leave nothing marked running
         _keep_arrived(ctx, cl, pending)
         cl.cancel(list(pending))
-        kept = ctx.unrecorded.held([j for j in ctx.plan.jobs if j.hash not in reusable])
+        kept = [h for h in ctx.jobs if h not in reusable and ctx.unrecorded.has(h)]
         if kept:
             console.print(f"{len(kept)} finished result(s) not recorded are kept in {ctx.unrecorded.root}: "
                           f"the next run records them")

@@ -17,6 +17,7 @@ from pipeline.core.contracts import Contract, Stored
 from pipeline.core.files import files_hash, write_dir, write_file
 from pipeline.core.kinds import kind as job_kind
 from pipeline.plan import Job
+from pipeline.record import intact
 
 
 class Unrecorded:
@@ -34,6 +35,10 @@ class Unrecorded:
             result = result.without_files(str(folder.resolve()), digest)
         write_file(self._path(job.hash), json.dumps({"kind": job.kind, "result": result.model_dump(mode="json")}))
         return result
+
+    def has(self, job_hash: str) -> bool:
+        """Whether a result of this job is kept (not checked: see held)."""
+        return self._path(job_hash).is_file()
 
     def drop(self, job_hash: str) -> None:
         self._path(job_hash).unlink(missing_ok=True)
@@ -55,8 +60,6 @@ class Unrecorded:
             except (OSError, ValueError, KeyError, TypeError, ValidationError):
                 path.unlink(missing_ok=True)
                 continue
-            from pipeline.record import intact
-
             if isinstance(result, Stored) and not intact(result):
                 path.unlink(missing_ok=True)
                 continue

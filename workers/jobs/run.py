@@ -22,9 +22,10 @@ def run_job(kind: str, config: JobConfig, inputs: dict, *, num_cpus: float, num_
         if want is None or not isinstance(value, want):
             raise TypeError(f"{kind}: unexpected input {name!r} of type {type(value).__name__}")
     planned = getattr(config, "worker", None)  # a timing job: only where it was planned for
-    if planned is not None and worker_env(num_gpus) != planned:
+    here = worker_env(num_gpus) if planned is not None else None
+    if here != planned:
         raise RuntimeError(f"{kind} was planned for another kind of worker than it landed on "
-                           f"({differences(planned, worker_env(num_gpus))}): its timings would be stored for hardware "
+                           f"({differences(planned, here)}): its timings would be stored for hardware "
                            f"they were not taken on; pin resources.{kind}.accelerator_type to one GPU model")
     torch.set_num_threads(max(1, int(num_cpus)))
     torch.manual_seed(config.seed)
