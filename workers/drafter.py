@@ -280,6 +280,27 @@ class Eagle3Drafter(nn.Module):
         h, logits, normed = self._finish(g[:, None, :], attn, gate)
         return (k_all, v_all), logits[:, 0], self.chain_input(h, normed)[:, 0]
 
+    def tree_step(self, tokens: torch.Tensor, g: torch.Tensor, cache, tree_kv, visible: torch.Tensor, pos: int):
+        """One drafting level of a tree: W nodes at absolute position `pos`, side by side.
+
+        tokens: [W] each node's token; g: [W, d] its parent's chain input; cache: the committed
+        (k, v); tree_kv: (k, v) of the tree nodes run at earlier levels, or None; visible: [W, M]
+        bool, which of those M nodes each new node reads (its ancestors). Each node reads the
+        committed cache, its ancestors and itself: the same function as `step` along its path.
+        Returns (tree_kv with the W nodes appended, logits [W, n_out], chain inputs [W, d]).
+        """
+        W = tokens.shape[0]
+        q, k, v, gate = self._qkv(tokens[None], g[None], torch.full((W,), pos, device=tokens.device))
+        old_k, old_v = tree_kv if tree_kv is not None else (k[:, :, :0], v[:, :, :0])
+        new_k, new_v = torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=2)
+        committed = torch.ones(W, cache[0].shape[2], dtype=torch.bool, device=tokens.device)
+        mask = torch.cat([committed, visible.to(tokens.device), torch.eye(W, dtype=torch.bool, device=tokens.device)],
+                         dim=1)
+        attn = F.scaled_dot_product_attention(q, torch.cat([cache[0], new_k], dim=2),
+                                              torch.cat([cache[1], new_v], dim=2), attn_mask=mask)
+        h, logits, normed = self._finish(g[None], attn, gate)
+        return (new_k, new_v), logits[0], self.chain_input(h, normed)[0]
+
 
 def _shift_right(x: torch.Tensor, n: int, dim: int = 2) -> torch.Tensor:
     """Move entries n places to higher positions along dim, filling with zeros."""

@@ -16,8 +16,9 @@ import time
 
 import torch
 
-from workers.features import cached_forward_states
+from workers.features import cached_forward_states, tree_forward_states
 from workers.sampling import drafting_temperature, one_hot_q, sample
+from workers.tree import draw_level
 
 
 def residual_sample(p: torch.Tensor, q: torch.Tensor, gen: torch.Generator | None) -> int:
@@ -128,11 +129,36 @@ class EagleProposer:
                 cache, logits, chain = self.drafter.step(token, chain, cache, pos + 1 + j)
         return drafts, (torch.stack(qs) if qs else None)
 
+    def propose_tree(self, layout, temperature: float, gen):
+        """Draft a tree one level per drafter pass. Returns (tokens of nodes 1..n, {node index: the q its
+        children were drawn from}, empty with top-m drafts)."""
+        tokens = [0] * (layout.n + 1)
+        qs: dict[int, torch.Tensor] = {}
+        logits = {0: self.drafter.full_logits(self.logits[0].float())}
+        chains = {0: self.chain[0]}
+        tree_kv, ran = None, []  # nodes whose keys are in tree_kv, in order
+        for d in range(1, layout.max_depth + 1):
+            draw_level(layout, d, logits, tokens, qs, temperature, gen)
+            inner = [i for i in layout.level(d) if layout.children[i]]  # leaves need no drafter pass
+            if not inner:
+                break
+            device = self.chain.device
+            visible = layout.ancestry[inner][:, ran] if ran else torch.zeros(len(inner), 0, dtype=torch.bool)
+            tree_kv, out, chain = self.drafter.tree_step(
+                torch.tensor([tokens[i] for i in inner], device=device),
+                torch.stack([chains[layout.parent[i]] for i in inner]), self.cache, tree_kv, visible, self.pos + d)
+            for j, i in enumerate(inner):
+                logits[i], chains[i] = self.drafter.full_logits(out[j].float()), chain[j]
+            ran += inner
+        return tokens[1:], qs
+
     def accept(self, emitted: list[int], streams) -> None:
         """emitted: accepted drafts + the target's token; streams: target features at their inputs."""
         ids = torch.tensor([emitted], device=streams[0].device)
         self.cache, self.logits, self.chain = self.drafter.extend(self.cache, ids, self._fuse(streams), self.pos + 1)
         self.pos += len(emitted)
+
+    accept_tree = accept  # a tree round hands on the accepted path as a chain round does
 
 
 class ModelProposer:
@@ -162,6 +188,38 @@ class ModelProposer:
             feed = [tok]
         self.depth = depth
         return drafts, (torch.stack(qs) if qs else None)
+
+    def propose_tree(self, layout, temperature: float, gen):
+        """Draft a tree one level per forward (a tree attention mask over the draft model's cache).
+        Returns (tokens of nodes 1..n, {node index: the q its children were drawn from}). The tree's
+        entries leave the cache afterwards: the accepted drafts are fed again with the next round."""
+        device = next(self.model.parameters()).device
+        out, self.cache, _ = cached_forward_states(self.model, torch.tensor([self.pending], device=device), self.cache, ())
+        base = self.cache.get_seq_length()  # the root (the newest committed token) sits at base - 1
+        tokens = [0] * (layout.n + 1)
+        qs: dict[int, torch.Tensor] = {}
+        logits = {0: out[0, -1].float()}
+        ran: list[int] = []
+        for d in range(1, layout.max_depth + 1):
+            draw_level(layout, d, logits, tokens, qs, temperature, gen)
+            inner = [i for i in layout.level(d) if layout.children[i]]
+            if not inner:
+                break
+            mask = layout.ancestry[inner][:, ran + inner]
+            step, self.cache, _ = tree_forward_states(
+                self.model, torch.tensor([[tokens[i] for i in inner]], device=device),
+                torch.full((1, len(inner)), base - 1 + d, device=device), mask, self.cache)
+            for j, i in enumerate(inner):
+                logits[i] = step[0, j].float()
+            ran += inner
+        if ran:
+            self.cache.crop(-len(ran))
+        self.pending = []
+        return tokens[1:], qs
+
+    def accept_tree(self, emitted: list[int], streams=None) -> None:
+        """After a tree round: every emitted token is fed with the next one."""
+        self.pending = list(emitted)
 
     def accept(self, emitted: list[int], streams=None) -> None:
         n = len(emitted) - 1

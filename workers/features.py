@@ -38,6 +38,40 @@ def extend_logits(model, input_ids, attention_mask, position_ids, cache) -> torc
     return out.logits
 
 
+@torch.no_grad()
+def tree_forward_states(model, input_ids, position_ids, mask, cache, capture: tuple[int, ...] = ()):
+    """One forward of new tokens [1, T] after a KV cache. mask: [T, K] bool over the last K positions
+    (the newest cached ones and the T new ones, K >= T): which of them each new token reads; every
+    position before them is read by all. Returns (logits [1, T, V], the cache grown by T positions,
+    captured streams [1, T, d] each)."""
+    before = cache.get_seq_length() + input_ids.shape[1] - mask.shape[1]
+    allowed = torch.cat([mask.new_ones(mask.shape[0], before), mask], dim=1)
+    dtype = next(model.parameters()).dtype
+    additive = torch.zeros(allowed.shape, dtype=dtype, device=input_ids.device)
+    additive.masked_fill_(~allowed.to(input_ids.device), torch.finfo(dtype).min)  # what eager and sdpa both read
+    out = model(input_ids=input_ids, attention_mask=additive[None, None], position_ids=position_ids, use_cache=True,
+                output_hidden_states=bool(capture), **{_cache_kwarg(type(model)): cache})
+    streams = [out.hidden_states[i].float() for i in capture]
+    return out.logits, cache, streams
+
+
+def keep_positions(cache, index: torch.Tensor) -> None:
+    """Keep only the cached positions `index` (increasing), in that order: after a tree pass, the
+    context and the accepted path. Works on the cache layouts of transformers 4.x and 5.x."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        for layer in layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                layer.keys = layer.keys.index_select(-2, index.to(layer.keys.device))
+                layer.values = layer.values.index_select(-2, index.to(layer.values.device))
+    else:
+        for i, (k, v) in enumerate(zip(cache.key_cache, cache.value_cache)):
+            cache.key_cache[i] = k.index_select(-2, index.to(k.device))
+            cache.value_cache[i] = v.index_select(-2, index.to(v.device))
+    if hasattr(cache, "_seen_tokens"):
+        cache._seen_tokens = int(index.numel())
+
+
 @functools.lru_cache(maxsize=None)
 def _accepts(cls: type, name: str) -> bool:
     """Whether a model class's forward takes this keyword (looked up once per class)."""
