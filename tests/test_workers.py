@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pipeline.core.acceptance import curve_from_accepted
 from pipeline.core.settings import Evaluation
 from workers.chains import draft_all_chains
 from workers.engine import EagleProposer, generate
@@ -16,8 +17,13 @@ EVAL = Evaluation(max_depth=4, temperatures=[0.0], num_prompts=6, prompt_len=20,
 
 
 def measure_curve(family="eagle3", **kwargs):
-    (curve, _, per_prompt, walks), = measure_curves(family=family_of(family), **kwargs)
+    (curve, _, per_prompt, walks, rank_paths), = measure_curves(family=family_of(family), **kwargs)
     assert len(walks) == len(per_prompt) and curve.decode_accept_len[0] == 1.0
+    if curve.temperature == 0 and kwargs["evaluation"].tree_topk:
+        # the top-1 chain of the ranked proposals is the chain the curve measured (a tree of top-1 is the chain)
+        lead = [next((i for i, r in enumerate(path) if r), len(path)) for paths in rank_paths for path in paths]
+        assert len(lead) == curve.num_chains
+        assert curve_from_accepted(lead, curve.max_depth, condition="", temperature=0.0).survival == curve.survival
     # a decoder starts fewer chains than there are positions, never more tokens per pass than drafted + 1
     assert all(1.0 <= a <= k + 1 for k, a in enumerate(curve.decode_accept_len))
     # the per-prompt sums add up to the pooled curve

@@ -58,3 +58,30 @@ def draft_chains_with_model(model, seq: torch.Tensor, starts: list[int], depth: 
         if depth > 1:  # the chain's drafts went into the shared cache: drop them before the next real token
             cache.crop(-(depth - 1))
     return drafts, logits
+
+
+def ranks_of(logits: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    """The rank of each true token among the logits (0: the drafter's top guess). logits: [N, V], truth: [N]."""
+    mine = logits.gather(-1, truth[:, None])
+    return (logits > mine).sum(-1)
+
+
+@torch.no_grad()
+def eagle_ranks(drafter, seqs: torch.Tensor, streams, depth: int, starts: list[int], noise=None) -> torch.Tensor:
+    """The rank of the target's own token at every step of the chains at `starts`, the drafter fed the
+    target's tokens along the way (where a drafter that guessed right would be). -> [N, depth]"""
+    g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
+    c = torch.tensor(starts, device=seqs.device)
+    forced = torch.zeros_like(seqs[:, 1:])
+    forced[:, :-1] = seqs[:, 2:]  # position i is followed by x_{i+2}
+    outs = drafter.forward_steps(seqs[:, 1:], g0, depth, noise=noise, rows=c, pick=lambda lg: forced)
+    return torch.stack([ranks_of(drafter.full_logits(o.logits[0, c + s].float()), seqs[0, c + 2 + s])
+                        for s, o in enumerate(outs)], dim=1)
+
+
+@torch.no_grad()
+def model_ranks(model, seq: torch.Tensor, depth: int, starts: list[int]) -> torch.Tensor:
+    """The same for a standalone draft model: one pass over the target's text. -> [N, depth]"""
+    logits = model(input_ids=seq[:, :-1]).logits[0].float()  # position j predicts x_{j+1}
+    c = torch.tensor(starts, device=seq.device)
+    return torch.stack([ranks_of(logits[c + 1 + s], seq[0, c + 2 + s]) for s in range(depth)], dim=1)

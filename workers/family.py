@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core.contracts import Trained
-from workers.chains import draft_all_chains, draft_chains_with_model
+from workers.chains import draft_all_chains, draft_chains_with_model, eagle_ranks, model_ranks
 from workers.diagnostics import DriftStats
 from workers.eagle_checkpoint import load_eagle3
 from workers.eagle_layouts import checkpoint_folder, import_checkpoint
@@ -35,7 +35,12 @@ class EagleChains:
         drafts, q_logits, outs, g0 = draft_all_chains(self.drafter, seq, streams, self.depth, temperature, gen,
                                                       starts, noise)
         self.stats.add(outs, streams, g0, starts)
+        self.streams = streams
         return drafts, q_logits
+
+    def ranks(self, seq, starts: list[int], noise):
+        """After `draft` on the same text: the rank of the target's token at every step (workers/chains.py)."""
+        return eagle_ranks(self.drafter, seq, self.streams, self.depth, starts, noise)
 
     def diagnostics(self) -> list[tuple[int, str, float]]:
         return self.stats.rows()
@@ -49,6 +54,9 @@ class ModelChains:
 
     def draft(self, seq, starts: list[int], temperature: float, gen, noise):
         return draft_chains_with_model(self.model, seq, starts, self.depth, temperature, gen)
+
+    def ranks(self, seq, starts: list[int], noise):
+        return model_ranks(self.model, seq, self.depth, starts)
 
     def diagnostics(self) -> list[tuple[int, str, float]]:
         return []

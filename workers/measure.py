@@ -15,6 +15,7 @@ import dataclasses
 import torch
 
 from pipeline.core.acceptance import curve_from_accepted, curve_from_sampled, decode_walk, walk_accept_len
+from pipeline.core.trees import rank_path
 from workers.features import cached_forward_states, extend_logits
 from workers.noise import Noise, parse_noise
 from workers.prompts import build_prompts
@@ -78,8 +79,10 @@ def verify_chains(target, seq: torch.Tensor, starts: list[int], drafts: torch.Te
 
 
 def measure_curves(*, target, drafter, family, tokenizer, evaluation, seed: int):
-    """One (Curve, diagnostics rows, per-prompt survival sums, per-prompt decode walks) per (condition,
-    temperature). `family` (workers/family.py) drafts the chains of `drafter`; `evaluation` is the
+    """One (Curve, diagnostics rows, per-prompt survival sums, per-prompt decode walks, per-prompt rank
+    paths) per (condition, temperature). A rank path (pipeline/core/trees.py) holds, for one chain
+    start, the rank of the target's own token in the drafter's proposals at each step, up to the
+    first past evaluation.tree_topk; none when tree_topk is 0. `family` (workers/family.py) drafts the chains of `drafter`; `evaluation` is the
     spec's evaluation section."""
     results = []
     for condition in evaluation.conditions:
@@ -99,6 +102,9 @@ def _measure(target, chains, prompts, evaluation, condition, temp, gen):
     device = next(target.parameters()).device
     noise_spec = parse_noise(condition)
     noise = Noise(*noise_spec, gen) if noise_spec else None
+    # the ranking passes draw their own noise, so the chains' draws stay what they were without them
+    rank_noise = Noise(*noise_spec, torch.Generator().manual_seed(0)) if noise_spec else None
+    rank_paths = []  # per prompt, one rank path per chain start
     accepted, ratios, alphas = [], [], []
     per_prompt = []  # [chains, sum of survival[1..K]] per prompt: what a bootstrap over prompts resamples
     walks = []  # per prompt, [tokens, passes] of decoding at k = 0..K over its chain starts (decode_walk)
@@ -110,6 +116,9 @@ def _measure(target, chains, prompts, evaluation, condition, temp, gen):
         starts = list(range(p_len - 1, p_len - 1 + n_cont))  # chain c starts after target token c+1
         chain_drafts, q_logits = chains.draft(seq, starts, draft_temp, gen, noise)  # [N, K], [N, K, V]
         p_logits = verify_chains(target, seq, starts, chain_drafts)  # [N, K, V]
+        if evaluation.tree_topk:
+            ranks = chains.ranks(seq, starts, rank_noise).tolist()
+            rank_paths.append([rank_path(r, evaluation.tree_topk) for r in ranks])
         if temp == 0:
             ok = (p_logits.argmax(-1) == chain_drafts).int()
             mine = ok.cumprod(dim=1).sum(dim=1).tolist()
@@ -137,7 +146,7 @@ def _measure(target, chains, prompts, evaluation, condition, temp, gen):
     else:
         curve = curve_from_sampled(ratios, alphas, condition=condition, temperature=temp)
     curve = dataclasses.replace(curve, decode_accept_len=tuple(walk_accept_len(walks)))
-    return curve, chains.diagnostics(), per_prompt, walks
+    return curve, chains.diagnostics(), per_prompt, walks, rank_paths
 
 
 WALK_DRAWS = 8

@@ -177,6 +177,9 @@ class Measured(Contract):
     # aligned with curves: per prompt, [tokens, passes] of a decoder at k = 0..K
     walks: tuple[tuple[tuple[tuple[int, int], ...], ...], ...]
     diagnostics: tuple[DiagnosticValue, ...] = ()
+    # aligned with curves: per prompt, each chain start's rank path (pipeline/core/trees.py); () when
+    # the evaluation kept no ranks (tree_topk 0)
+    rank_paths: tuple[tuple[tuple[tuple[int, ...], ...], ...], ...] = ()
     # aligned with each curve's per_prompt and walks rows: each prompt's category (from a prompts
     # file that has them), () otherwise; per-category curves are pooled from those rows
     categories: tuple[str, ...] = ()

@@ -332,6 +332,8 @@ class Evaluation(Strict):
     draft_sampling: Literal["sampled", "greedy"] = Field(
         "sampled", description="at temperature > 0: drafts drawn from the drafter's q and kept with min(1, p/q), or "
                                "the drafter's argmax verified with q one-hot (vLLM's default draft_sample_method)")
+    tree_topk: int = Count(4, ge=0, le=16, description="for draft trees: the drafter's top-k kept at every step when "
+                                                      "ranking the target's own token (0: chains only)")
     prompts: PromptsFile | None = Field(
         None, description="the user's prompts file instead of the built-in corpus: each conversation up to its last "
                           "user turn, rendered with the target's chat template; categories give curves per category")
@@ -362,6 +364,9 @@ class CostTiming(Strict):
     repeats: int = Count(30, le=100_000)
     batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_BATCH, strict=True)]] = Field(
         [1], max_length=64, description="batch sizes to profile; the first is 1")
+    tree_budget: int = Count(8, ge=0, le=64, description="the most draft tokens a tree may hold: target passes over up to "
+                                                       "tree_budget + 1 tokens and drafter passes over up to tree_budget "
+                                                       "nodes are timed (0: chains only)")
 
 
 class Cost(CostTiming):

@@ -14,12 +14,13 @@ def run(config: MeasureCurveConfig, inputs: dict, *, num_gpus: float, progress) 
     results = measure_curves(target=target, drafter=drafter, family=family, tokenizer=tokenizer,
                              evaluation=config.evaluation, seed=config.seed)
     return Measured(
-        curves=tuple(curve for curve, _, _, _ in results),
-        per_prompt=tuple(prompts for _, _, prompts, _ in results),
-        walks=tuple(walks for _, _, _, walks in results),
+        curves=tuple(curve for curve, *_ in results),
+        per_prompt=tuple(prompts for _, _, prompts, *_ in results),
+        walks=tuple(walks for _, _, _, walks, _ in results),
+        rank_paths=tuple(paths for *_, paths in results),
         diagnostics=tuple(
             DiagnosticValue(condition=curve.condition, temperature=curve.temperature, depth=depth, name=name,
                             value=value)
-            for curve, rows, _, _ in results for depth, name, value in rows),
+            for curve, rows, *_ in results for depth, name, value in rows),
         categories=prompt_categories(config.evaluation.prompts, config.evaluation.num_prompts, config.seed),
     )
