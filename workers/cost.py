@@ -12,7 +12,7 @@ import torch
 
 from pipeline.core.types import CostProfile
 from workers.device import hardware_id
-from workers.features import cached_forward_states
+from workers.features import cached_forward_states, tree_forward_states
 
 
 def _interleaved_medians(fns: dict, *, warmup: int, repeats: int, device: torch.device) -> dict[str, float]:
@@ -39,24 +39,31 @@ def _interleaved_medians(fns: dict, *, warmup: int, repeats: int, device: torch.
 
 @torch.no_grad()
 def profile_cost(*, target, drafter, family, context_len: int, max_depth: int, warmup: int, repeats: int,
-                 seed: int, batch_sizes: tuple[int, ...] = (1,)) -> CostProfile:
+                 seed: int, batch_sizes: tuple[int, ...] = (1,), tree_budget: int = 0) -> CostProfile:
     """Per batch size B: one drafter step, and target passes over k+1 new tokens for k = 0..max_depth
     (k = 0 is plain decoding), each for B sequences against a cached context of context_len.
+    With a tree budget, also the target over m = 1..tree_budget + 1 new tokens under a tree
+    attention mask, and one drafter pass over w = 1..tree_budget tree nodes, per sequence.
     `family` (workers/family.py) knows how to time a step of `drafter` and how it proposes."""
     device = next(target.parameters()).device
     dtype = next(target.parameters()).dtype
-    draft_by_b, verify_by_b = [], []
+    draft_by_b, verify_by_b, tree_verify, tree_draft = [], [], [], []
     for b in batch_sizes:
-        ms = _profile_batch(target, drafter, family, b, context_len, max_depth, warmup, repeats, seed, device)
+        ms = _profile_batch(target, drafter, family, b, context_len, max_depth, warmup, repeats, seed, device,
+                            tree_budget)
         draft_by_b.append(ms.pop("draft_ms"))
         verify_by_b.append(tuple(ms[f"verify_{k}"] for k in range(max_depth + 1)))
+        if tree_budget:
+            tree_verify.append(tuple(ms[f"tree_verify_{m}"] for m in range(1, tree_budget + 2)))
+            tree_draft.append(tuple(ms[f"tree_draft_{w}"] for w in range(1, tree_budget + 1)))
     one = list(batch_sizes).index(1)
     passes = engine_pass_ms(target, family.proposer(drafter), context_len, max_depth, warmup, repeats, seed,
                             device)
     return CostProfile(
         hardware=hardware_id(device, dtype), draft_ms=draft_by_b[one], decode_ms=verify_by_b[one][0],
         verify_ms=verify_by_b[one][-1], batch_sizes=tuple(batch_sizes), draft_ms_by_batch=tuple(draft_by_b),
-        verify_ms_by_batch=tuple(verify_by_b), pass_ms=tuple(passes),
+        verify_ms_by_batch=tuple(verify_by_b), pass_ms=tuple(passes), tree_verify_ms_by_batch=tuple(tree_verify),
+        tree_draft_ms_by_batch=tuple(tree_draft),
     )
 
 
@@ -86,11 +93,12 @@ def engine_pass_ms(target, proposer, context_len: int, max_depth: int, warmup: i
     return [statistics.median(s) for s in samples]
 
 
-def _profile_batch(target, drafter, family, batch: int, context_len, max_depth, warmup, repeats, seed, device):
+def _profile_batch(target, drafter, family, batch: int, context_len, max_depth, warmup, repeats, seed, device,
+                   tree_budget: int = 0):
     vocab = target.get_output_embeddings().weight.shape[0]
     gen = torch.Generator().manual_seed(seed)
     ctx = torch.randint(3, vocab, (batch, context_len), generator=gen).to(device)  # [B, L]
-    new = torch.randint(3, vocab, (batch, max_depth + 1), generator=gen).to(device)  # [B, k+1]
+    new = torch.randint(3, vocab, (batch, max(max_depth, tree_budget) + 1), generator=gen).to(device)  # [B, k+1]
     _, cache, _ = cached_forward_states(target, ctx)
 
     def target_call(n_tokens: int):
@@ -100,6 +108,19 @@ def _profile_batch(target, drafter, family, batch: int, context_len, max_depth, 
 
         return run
 
+    def tree_call(n_tokens: int):
+        mask = torch.ones(n_tokens, n_tokens, dtype=torch.bool).tril()  # a chain-shaped tree: what is timed is the size
+        positions = torch.arange(context_len, context_len + n_tokens, device=device).expand(batch, -1)
+
+        def run():
+            tree_forward_states(target, new[:, :n_tokens], positions, mask, cache)
+            cache.crop(-n_tokens)
+
+        return run
+
     calls = {"draft_ms": family.step_timer(drafter, target, ctx, context_len)}
     calls.update({f"verify_{k}": target_call(k + 1) for k in range(max_depth + 1)})
+    calls.update({f"tree_verify_{m}": tree_call(m) for m in range(1, tree_budget + 2) if tree_budget})
+    calls.update({f"tree_draft_{w}": family.level_timer(drafter, target, ctx, context_len, w)
+                  for w in range(1, tree_budget + 1)})
     return _interleaved_medians(calls, warmup=warmup, repeats=repeats, device=device)

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from pipeline.core.contracts import Trained
 from workers.chains import draft_all_chains, draft_chains_with_model, eagle_ranks, model_ranks
 from workers.diagnostics import DriftStats
 from workers.eagle_checkpoint import load_eagle3
 from workers.eagle_layouts import checkpoint_folder, import_checkpoint
 from workers.engine import EagleProposer, ModelProposer
-from workers.features import cached_forward_states, target_pass
+from workers.features import cached_forward_states, target_pass, tree_forward_states
 from workers.models import load_model, load_target
 
 
@@ -93,11 +95,18 @@ class EagleFamily:
         token = drafter.full_logits(logits).argmax(-1)
         return lambda: drafter.step(token, chain, d_cache, context_len - 1)
 
+    def level_timer(self, drafter, target, ctx, context_len: int, width: int):
+        """One drafter pass over `width` tree nodes per sequence against a cached context."""
+        streams, _ = target_pass(target, ctx, drafter.cfg.capture_layers)
+        g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
+        d_cache, _, chain = drafter.prefill(ctx[:, 1:], g0)
+        tokens = ctx[:, -width:] if width <= ctx.shape[1] else ctx[:, :1].expand(-1, width)
+        g = chain[:, None, :].expand(-1, width, -1)
+        return lambda: drafter.extend(d_cache, tokens, g, context_len - 1)
+
     def export(self, checkpoint: Path, out: Path, layout: str = "eagle3", verifier: str | None = None) -> tuple[str, str]:
         """(folder, vLLM method): the drafter written once in the EAGLE-3 layout engines load, or in
         the speculators format (which names the `verifier` it drafts for)."""
-        import torch
-
         from pipeline.core.files import pack_dir, staged_dir
         from pipeline.core.kinds import resolve
 
@@ -147,6 +156,19 @@ class StandaloneFamily:
         def run():
             cached_forward_states(model, last, cache)
             cache.crop(-1)
+
+        return run
+
+    def level_timer(self, model, target, ctx, context_len: int, width: int):
+        """One draft-model pass over `width` tree nodes per sequence, the cache cropped back."""
+        _, cache, _ = cached_forward_states(model, ctx[:, :-1])
+        nodes = ctx[:, -width:] if width <= ctx.shape[1] else ctx[:, :1].expand(-1, width)
+        mask = torch.eye(width, dtype=torch.bool)  # siblings: each reads the context and itself
+        positions = torch.full(nodes.shape, context_len - 1, device=ctx.device)
+
+        def run():
+            tree_forward_states(model, nodes, positions, mask, cache)
+            cache.crop(-width)
 
         return run
 

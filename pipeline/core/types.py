@@ -63,6 +63,10 @@ class CostProfile:
     # one whole iteration of the speculative engine at batch size 1, per k = 0..max_depth: k drafter
     # forwards, the verify pass and the engine's own bookkeeping (k = 0: one plain decode step)
     pass_ms: tuple[float, ...] = ()
+    # draft trees, per batch size: a target pass over m = 1..tree_budget + 1 new tokens under a tree
+    # attention mask (index m - 1), and one drafter pass over w = 1..tree_budget tree nodes (index w - 1)
+    tree_verify_ms_by_batch: tuple[tuple[float, ...], ...] = ()
+    tree_draft_ms_by_batch: tuple[tuple[float, ...], ...] = ()
 
     @property
     def cost_ratio(self) -> float:

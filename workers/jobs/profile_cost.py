@@ -13,5 +13,5 @@ def run(config: ProfileCostConfig, inputs: dict, *, num_gpus: float, progress) -
     c = config.cost
     cost = profile_cost(target=target, drafter=drafter, family=family, context_len=c.context_len,
                         max_depth=config.max_depth, warmup=c.warmup, repeats=c.repeats, seed=config.seed,
-                        batch_sizes=tuple(c.batch_sizes))
+                        batch_sizes=tuple(c.batch_sizes), tree_budget=c.tree_budget)
     return Profiled(cost=cost)
