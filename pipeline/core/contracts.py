@@ -197,6 +197,34 @@ class CategoryChoice(Contract):
     choice: DepthChoice
 
 
+class TreeCandidate(Contract):
+    """The best tree of one budget of draft tokens (pipeline/core/trees.py)."""
+
+    tree: tuple[tuple[int, ...], ...]
+    tokens_per_pass: float  # a decoder's tokens per target pass drafting it, on the measured prompts
+    speedups: tuple[float, ...]  # predicted, per profiled batch size
+
+
+class TreeChoice(Contract):
+    """The draft tree chosen for the primary curve (pipeline/core/tree_choice.py): candidates[n] is
+    the best tree of at most n nodes; the choice is made per batch size as the depth is."""
+
+    tree: tuple[tuple[int, ...], ...]  # at batch size 1
+    tokens_per_pass: float
+    speedup: float  # predicted over plain decoding, batch size 1
+    best_point: int  # the budget with the highest point estimate (the tree may be smaller: noise)
+    chain_depth: int  # the chain it is compared with: the chosen depth, costed as the top-1 tree
+    chain_tokens_per_pass: float
+    chain_speedup: float
+    candidates: tuple[TreeCandidate, ...]
+    batch_budgets: dict[int, int]  # batch size profiled -> the budget chosen there (its tree: candidates[n])
+    chain_speedups: tuple[float, ...]  # the chain's predicted speedup per profiled batch size
+
+    @property
+    def over_chain(self) -> float:
+        return self.speedup / self.chain_speedup
+
+
 class Selected(Contract):
     """The depth chosen for the primary curve, and per batch size when costs were profiled so."""
 
@@ -209,6 +237,7 @@ class Selected(Contract):
     schedule: tuple[tuple[int, int, int], ...] | None = None  # inclusive [lo, hi, k] ranges
     draft_sampling: Literal["sampled", "greedy"] = "sampled"  # at T > 0, the drafting rule the curve assumed
     by_category: tuple[CategoryChoice, ...] = ()  # with a categorised prompts file: the batch-1 depth per category
+    tree: TreeChoice | None = None  # with ranks measured and tree passes timed
 
 
 class HFRun(Contract):

@@ -3,7 +3,9 @@
 The primary curve is the spec's first condition at its first temperature. The cost model is
 the timed engine iteration at every depth (`pass_ms`), unless the spec sets `cost.cost_ratio`,
 which selects Leviathan's `k c + 1`. With costs profiled at several batch sizes, a depth per
-batch size follows, as a schedule of inclusive batch-size ranges.
+batch size follows, as a schedule of inclusive batch-size ranges. With rank paths measured and
+tree passes timed, a draft tree is chosen too (pipeline/core/tree_choice.py); its siblings are the
+drafter's top-k, verified as one-hot drafts at temperature above 0, as serving engines draft trees.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pipeline.core.categories import choose_by_category
 from pipeline.core.choice import choose_depth, depth_per_batch
 from pipeline.core.contracts import Measured, SelectDepthConfig, Selected
 from pipeline.core.schedule import schedule_from_choices
+from pipeline.core.tree_choice import choose_tree
 
 
 def run(config: SelectDepthConfig, inputs: dict, *, num_gpus: float, progress) -> Selected:
@@ -30,6 +33,11 @@ def run(config: SelectDepthConfig, inputs: dict, *, num_gpus: float, progress) -
         batch_depths = depth_per_batch(curve, cost, first=choice.depth)
         schedule = tuple(schedule_from_choices(batch_depths, max(config.max_batch_size, max(batch_depths))))
     by_category = choose_by_category(measured, ratio, pass_cost=pass_cost, seed=config.seed)
+    tree = None
+    ranks = measured.rank_paths[0] if measured.rank_paths else ()
+    if ranks and cost.tree_verify_ms_by_batch:
+        topk = 1 + max((r for prompt in ranks for path in prompt for r in path), default=0)
+        tree = choose_tree(ranks, cost, max_depth=curve.max_depth, topk=topk, chain_depth=choice.depth, seed=config.seed)
     return Selected(choice=choice, hardware=cost.hardware, condition=curve.condition,
                     temperature=curve.temperature, pass_cost=pass_cost, batch_depths=batch_depths,
-                    schedule=schedule, draft_sampling=config.draft_sampling, by_category=by_category)
+                    schedule=schedule, draft_sampling=config.draft_sampling, by_category=by_category, tree=tree)

@@ -1,0 +1,98 @@
+"""The tree choice: for every budget of draft tokens the best tree (pipeline/core/trees.py), then the
+budget whose tree has the highest predicted speedup, per batch size, with the depth choice's
+noise-aware rule (the smaller tree wins when within noise).
+
+Tokens per pass are a decoder's (pipeline/core/acceptance.decode_walk) over each prompt's chain
+starts, with the drafts each start keeps under the tree. A round costs one drafter pass per tree
+level, over the nodes whose children it drafts, and one target pass over the root and every node
+under a tree mask, all as timed by cost profiling at that batch size:
+speedup(B, tree) = tokens(tree) * t_decode(B) / (sum_levels t_draft(B, width) + t_verify_tree(B, n + 1)).
+The chain at the chosen depth is the top-1 tree, costed the same way: the tree's gain over it is
+the ratio of the two.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from pipeline.core.acceptance import decode_walk
+from pipeline.core.contracts import TreeCandidate, TreeChoice
+from pipeline.core.trees import Tree, best_trees, chain_tree, prefix_counts, kept, shape
+from pipeline.core.types import CostProfile
+
+RankPaths = Sequence[Sequence[Sequence[int]]]  # per prompt, per chain start
+
+
+def round_ms(tree: Tree, draft_ms: Sequence[float], verify_ms: Sequence[float]) -> float:
+    """Milliseconds of one drafting-and-verifying round with `tree` at one batch size.
+    draft_ms[w - 1]: a drafter pass over w nodes; verify_ms[m - 1]: a target pass over m tokens."""
+    if len(tree) + 1 > len(verify_ms):
+        raise ValueError(f"a tree of {len(tree)} nodes needs target passes over {len(tree) + 1} tokens timed; "
+                         f"cost profiling timed up to {len(verify_ms)}")
+    parents = [sum(1 for n in tree if len(n) == d and any(c[:-1] == n for c in tree)) for d in range(shape(tree).depth)]
+    widths = [1 if d == 0 else w for d, w in enumerate(parents)]  # the root drafts level 1
+    return sum(draft_ms[w - 1] for w in widths) + verify_ms[len(tree)]
+
+
+def walks(rank_paths: RankPaths, tree: Tree) -> list[tuple[int, int]]:
+    """Per prompt, (tokens, target passes) of a decoder drafting `tree` every round."""
+    nodes = set(tree)
+    depth = shape(tree).depth
+    return [decode_walk([kept(p, nodes) for p in prompt], depth) for prompt in rank_paths]
+
+
+def _pooled(rows: Sequence[tuple[int, int]]) -> float:
+    return sum(t for t, _ in rows) / sum(p for _, p in rows)
+
+
+def _pick(speedups: list[float], per_prompt: list[list[tuple[int, int]]], cost: list[float], n_boot: int,
+          level: float, seed: int) -> tuple[int, int]:
+    """(chosen budget, best point budget): the smallest budget whose paired difference to the best
+    is within noise (its bootstrap interval over prompts reaches 0)."""
+    best = max(range(len(speedups)), key=lambda n: (speedups[n], -n))
+    rng = random.Random(seed)
+    prompts = len(per_prompt[0])
+    draws = [[rng.randrange(prompts) for _ in range(prompts)] for _ in range(n_boot)]
+    tail = int((1.0 - level) / 2 * (n_boot - 1))
+    for n in range(best):
+        diffs = sorted(_pooled([per_prompt[best][i] for i in d]) / cost[best]
+                       - _pooled([per_prompt[n][i] for i in d]) / cost[n] for d in draws)
+        if diffs[tail] <= 0.0:
+            return n, best
+    return best, best
+
+
+def choose_tree(rank_paths: RankPaths, cost: CostProfile, *, max_depth: int, topk: int, chain_depth: int,
+                seed: int = 0, n_boot: int = 1000, level: float = 0.9) -> TreeChoice:
+    """The tree per profiled batch size, from the rank paths of the primary curve and the tree timings."""
+    if not cost.tree_verify_ms_by_batch:
+        raise ValueError("the cost profile timed no tree passes (cost.tree_budget is 0)")
+    budget = len(cost.tree_verify_ms_by_batch[0]) - 1
+    trees = best_trees(prefix_counts(p for prompt in rank_paths for p in prompt), budget, max_depth=max_depth,
+                       max_topk=topk)
+    per_prompt = [walks(rank_paths, t) for t in trees]
+    tokens = [_pooled(w) for w in per_prompt]
+    chain = chain_tree(min(chain_depth, budget))
+    chain_tokens = _pooled(walks(rank_paths, chain))
+    by_batch, chosen, candidates_speedups, chain_speedups = {}, None, [], []
+    cap = None
+    for i, b in enumerate(cost.batch_sizes):
+        draft, verify = cost.tree_draft_ms_by_batch[i], cost.tree_verify_ms_by_batch[i]
+        ms = [round_ms(t, draft, verify) for t in trees]
+        speedups = [a * verify[0] / m for a, m in zip(tokens, ms)]
+        n, best = _pick(speedups, per_prompt, ms, n_boot, level, seed)
+        if cap is not None:  # a tree never grows with the batch: verifying more tokens only gets dearer
+            n = min(n, cap)
+        by_batch[b], cap = n, n
+        if chosen is None:
+            chosen = (n, best)
+        candidates_speedups.append(speedups)
+        chain_speedups.append(chain_tokens * verify[0] / round_ms(chain, draft, verify))
+    n, best = chosen
+    return TreeChoice(
+        tree=trees[n], tokens_per_pass=tokens[n], speedup=candidates_speedups[0][n], best_point=best,
+        chain_depth=len(chain), chain_tokens_per_pass=chain_tokens, chain_speedup=chain_speedups[0],
+        candidates=tuple(TreeCandidate(tree=t, tokens_per_pass=tokens[k],
+                                       speedups=tuple(s[k] for s in candidates_speedups))
+                         for k, t in enumerate(trees)),
+        batch_budgets=by_batch, chain_speedups=tuple(chain_speedups))
