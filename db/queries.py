@@ -15,6 +15,7 @@ from db.tables import (
     Experiment,
     ExperimentJob,
     Job,
+    RankAccept,
     SpeedupPoint,
     TunedConfig,
 )
@@ -37,12 +38,14 @@ TUNED_KEYS = (
 )
 # Keys a tuned config may carry besides TUNED_KEYS (each may be None).
 TUNED_OPTIONAL_KEYS = ("schedule", "curve_job_hash", "cost_job_hash", "drafter_job_hash", "decode_accept_len",
-                       "cost_model", "pass_cost", "draft_sampling")
+                       "cost_model", "pass_cost", "draft_sampling", "tree", "tree_tokens_per_pass", "tree_speedup",
+                       "tree_chain_speedup")
 # One active tuned-config version per workload; "condition" is the workload's traffic.
 WORKLOAD_KEYS = ("target", "drafter", "hardware", "condition")
 _VERSION_KEYS = ("version", "active", "source", "curve_job_hash", "cost_job_hash",
-                 "drafter_job_hash", "notes", "decode_accept_len", "cost_model", "draft_sampling")
-BEST_KEYS = (*TUNED_KEYS[1:], "created_at", *_VERSION_KEYS, "schedule", "pass_cost", "job_hash")
+                 "drafter_job_hash", "notes", "decode_accept_len", "cost_model", "draft_sampling",
+                 "tree_tokens_per_pass", "tree_speedup", "tree_chain_speedup")
+BEST_KEYS = (*TUNED_KEYS[1:], "created_at", *_VERSION_KEYS, "schedule", "pass_cost", "tree", "job_hash")
 
 
 def _values_of(model: type) -> tuple[str, ...]:
@@ -55,6 +58,7 @@ def _values_of(model: type) -> tuple[str, ...]:
 # back adds "job_hash".
 CURVE_KEYS = _values_of(CurvePoint)
 CATEGORY_DEPTH_KEYS = _values_of(CategoryDepth)
+RANK_ACCEPT_KEYS = _values_of(RankAccept)
 DIAGNOSTIC_KEYS = _values_of(Diagnostic)
 SPEEDUP_KEYS = _values_of(SpeedupPoint)
 
@@ -104,6 +108,7 @@ def _best_dict(row: TunedConfig, job_hash: str | None) -> dict:
     out["created_at"] = iso(row.created_at)
     out["schedule"] = None if row.schedule_json is None else json.loads(row.schedule_json)
     out["pass_cost"] = None if row.pass_cost_json is None else json.loads(row.pass_cost_json)
+    out["tree"] = None if row.tree_json is None else json.loads(row.tree_json)
     out["job_hash"] = job_hash
     return out
 
@@ -162,6 +167,12 @@ def diagnostic_values(
     order = ("target", "drafter", "condition", "name", "depth", "temperature", "job_id")
     return _measured_rows(session, Diagnostic, DIAGNOSTIC_KEYS, order,
                           target=target, drafter=drafter, condition=condition)
+
+
+def rank_accept_values(session: Session, *, target: str | None, drafter: str | None) -> list[dict]:
+    """Sorted by target, drafter, condition, temperature, job, depth, rank."""
+    order = ("target", "drafter", "condition", "temperature", "job_id", "depth", "rank")
+    return _measured_rows(session, RankAccept, RANK_ACCEPT_KEYS, order, target=target, drafter=drafter)
 
 
 def speedup_checks(

@@ -35,6 +35,14 @@ def category_depth_rows(target: str, drafter: str, selected) -> list[dict]:
             for c in selected.by_category]
 
 
+def rank_accept_rows(target: str, drafter: str, curves: Iterable, accepts: Iterable) -> list[dict]:
+    """One row per (curve, depth, rank); accepts: per curve, (depth, rank, share) triples
+    (pipeline/core/trees.rank_accepts)."""
+    return [{"target": target, "drafter": drafter, "condition": curve.condition, "temperature": curve.temperature,
+             "depth": d, "rank": r, "accept": share}
+            for curve, triples in zip(curves, accepts) for d, r, share in triples]
+
+
 def diagnostic_rows(target: str, drafter: str, diagnostics: Iterable) -> list[dict]:
     return [{"target": target, "drafter": drafter, "condition": d.condition, "temperature": d.temperature,
              "depth": d.depth, "name": d.name, "value": d.value} for d in diagnostics]
@@ -66,4 +74,7 @@ def tuned_config(target: str, drafter: str, selected, *, experiment_id: int, spe
         "decode_accept_len": choice.decode_accept_len, "cost_model": choice.cost_model,
         "pass_cost": list(selected.pass_cost) if selected.pass_cost is not None else None,
         "draft_sampling": selected.draft_sampling,
+        **({} if selected.tree is None else {
+            "tree": [list(n) for n in selected.tree.tree], "tree_tokens_per_pass": selected.tree.tokens_per_pass,
+            "tree_speedup": selected.tree.speedup, "tree_chain_speedup": selected.tree.chain_speedup}),
     }

@@ -208,6 +208,7 @@ class Store:
         speedup_checks: Sequence[dict] | None = None,
         tuned: dict | None = None,
         category_depths: Sequence[dict] | None = None,
+        rank_accepts: Sequence[dict] | None = None,
         owner: str | None = None,
     ) -> None:
         """Store a job's result, its measured rows and its tuned config in one transaction.
@@ -217,7 +218,8 @@ class Store:
         DIAGNOSTIC_KEYS (depth 0 for a value of the whole curve). ``speedup_checks`` holds
         dicts with exactly SPEEDUP_KEYS, one per (condition, temperature, depth), depth 0 being
         plain decoding; tokens_per_s must be > 0. ``category_depths`` holds dicts with exactly
-        CATEGORY_DEPTH_KEYS, one per prompt category. Each of these, when given (even empty),
+        CATEGORY_DEPTH_KEYS, one per prompt category; ``rank_accepts`` dicts with exactly
+        RANK_ACCEPT_KEYS, one per (condition, temperature, depth, rank). Each of these, when given (even empty),
         replaces all the rows of that kind the job stored before; None leaves them.
         A tuned config needs TUNED_KEYS and may add TUNED_OPTIONAL_KEYS (``schedule`` as
         [[lo, hi, k], ...], and the curve, cost and drafter job hashes it came from). It becomes
@@ -242,6 +244,8 @@ class Store:
                 writes.add_offline_version(session, job, tuned)
             if category_depths is not None:
                 writes.replace_category_depths(session, job, category_depths)
+            if rank_accepts is not None:
+                writes.replace_rank_accepts(session, job, rank_accepts)
         return self._write("mark_done", body)
 
     def add_production_config(
@@ -341,6 +345,10 @@ class Store:
                 session, target=target, drafter=drafter, condition=condition
             )
         return self._read(body)
+
+    def rank_accept_rows(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
+        """RANK_ACCEPT_KEYS plus job_hash: acceptance by rank and depth beside each curve."""
+        return self._read(lambda session: queries.rank_accept_values(session, target=target, drafter=drafter))
 
     def speedup_rows(
         self, *, target: str | None = None, drafter: str | None = None

@@ -214,6 +214,24 @@ class SpeedupPoint(MeasuredAt, Base):
     engine_accept_len: Mapped[float] = mapped_column(Float)  # tokens per target pass the engine emitted
 
 
+class RankAccept(MeasuredAt, Base):
+    """Acceptance by rank and depth beside a curve, what a draft tree needs: at depth d (1..max_depth)
+    and rank r, the share of chain starts whose target token was the drafter's rank-r proposal at
+    step d, among those whose token was within the drafter's top-k at every step before d."""
+
+    __tablename__ = "rank_accepts"
+    __table_args__ = (
+        UniqueConstraint("job_id", "condition", "temperature", "depth", "rank"),
+        CheckConstraint("depth >= 1", name="depth"),
+        CheckConstraint("rank >= 0", name="rank"),
+        CheckConstraint("accept >= 0 AND accept <= 1", name="accept"),
+        Index(None, "target", "drafter"),
+    )
+
+    rank: Mapped[int] = mapped_column(Integer)
+    accept: Mapped[float] = mapped_column(Float)
+
+
 class CategoryDepth(MeasuredAt, Base):
     """The depth a select job chose for one prompt category of its primary curve, at batch size 1,
     costed as the pairing's own choice (the tuned config the same job wrote)."""
@@ -299,3 +317,10 @@ class TunedConfig(Base):
     # at temperature > 0, how the curve's drafts were drawn and verified: "sampled" (from q) or
     # "greedy" (argmax, q one-hot); None: not recorded (production versions, older rows)
     draft_sampling: Mapped[str | None] = mapped_column(String(TAG_LEN))
+    # the draft tree chosen at batch size 1, as JSON [[ranks...], ...] (pipeline/core/trees.py), a
+    # decoder's tokens per target pass with it, its predicted speedup, and the predicted speedup of the
+    # chain at `depth` under the same tree cost model; None: no tree was chosen
+    tree_json: Mapped[str | None] = mapped_column(Text)
+    tree_tokens_per_pass: Mapped[float | None] = mapped_column(Float)
+    tree_speedup: Mapped[float | None] = mapped_column(Float)
+    tree_chain_speedup: Mapped[float | None] = mapped_column(Float)

@@ -23,6 +23,7 @@ from db.queries import (
     CATEGORY_DEPTH_KEYS,
     CURVE_KEYS,
     DIAGNOSTIC_KEYS,
+    RANK_ACCEPT_KEYS,
     SPEEDUP_KEYS,
     TUNED_KEYS,
     TUNED_OPTIONAL_KEYS,
@@ -38,6 +39,7 @@ from db.tables import (
     CurvePoint,
     Diagnostic,
     Job,
+    RankAccept,
     SpeedupPoint,
     TunedConfig,
 )
@@ -54,6 +56,9 @@ _CATEGORY_NUMBERS = ("temperature", "accept_len", "speedup")
 # The same for a diagnostic.
 _DIAGNOSTIC_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN, "name": TAG_LEN}
 _DIAGNOSTIC_NUMBERS = ("value", "temperature")
+# The same for acceptance by rank.
+_RANK_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN}
+_RANK_NUMBERS = ("temperature", "accept")
 # The same for a speedup check.
 _SPEEDUP_TEXT = {
     "target": NAME_LEN, "drafter": NAME_LEN, "hardware": NAME_LEN, "condition": TAG_LEN
@@ -147,6 +152,23 @@ def replace_diagnostics(session: Session, job: Job, diagnostics: Sequence[dict])
     session.execute(delete(Diagnostic).where(Diagnostic.job_id == job.id))
     session.add_all(rows)
     session.flush()  # so a repeated (condition, temperature, depth, name) fails here
+
+
+def replace_rank_accepts(session: Session, job: Job, rows: Sequence[dict]) -> None:
+    """Replace the job's acceptance by rank and depth; each entry needs exactly RANK_ACCEPT_KEYS."""
+    kept = []
+    for index, entry in enumerate(rows):
+        where = f"rank_accepts[{index}] of job {job.job_hash}"
+        values = _checked_row(entry, where, keys=RANK_ACCEPT_KEYS, text=_RANK_TEXT, numbers=_RANK_NUMBERS)
+        rank = entry["rank"]
+        if not isinstance(rank, Integral) or isinstance(rank, bool) or rank < 0 or values["depth"] < 1:
+            raise StoreError(f"{where}: rank must be an integer >= 0 and depth >= 1, got {rank!r}, {values['depth']}")
+        if not 0.0 <= values["accept"] <= 1.0:
+            raise StoreError(f"{where}: accept must lie in 0..1, got {values['accept']}")
+        kept.append(RankAccept(job_id=job.id, **values))
+    session.execute(delete(RankAccept).where(RankAccept.job_id == job.id))
+    session.add_all(kept)
+    session.flush()  # so a repeated (condition, temperature, depth, rank) fails here
 
 
 def replace_speedup_checks(session: Session, job: Job, rows: Sequence[dict]) -> None:
@@ -288,7 +310,23 @@ def checked_tuned(tuned: dict, where: str) -> dict:
     schedule = values.pop("schedule", None)
     if schedule is not None:
         values["schedule_json"] = json.dumps(_checked_schedule(schedule, where))
+    tree = values.pop("tree", None)
+    if tree is not None:
+        values["tree_json"] = json.dumps(_checked_tree(tree, where))
+    for key in ("tree_tokens_per_pass", "tree_speedup", "tree_chain_speedup"):
+        if values.get(key) is not None:
+            values[key] = _checked_number(values[key], key, where)
     return values
+
+
+def _checked_tree(tree: object, where: str) -> list[list[int]]:
+    """[[rank, ...], ...]: the draft nodes of a tree, each a non-empty list of ranks >= 0."""
+    ok = isinstance(tree, (list, tuple)) and all(
+        isinstance(node, (list, tuple)) and node and all(
+            isinstance(r, Integral) and not isinstance(r, bool) and r >= 0 for r in node) for node in tree)
+    if not ok:
+        raise StoreError(f"{where}: tree must be a list of nodes, each a non-empty list of ranks >= 0, got {tree!r}")
+    return [list(node) for node in tree]
 
 
 def _checked_schedule(schedule: object, where: str) -> list[list[int]]:

@@ -178,7 +178,10 @@ def _selected(plan, store) -> list[dict]:
 
     return [{"target": job.target, "drafter": job.drafter, "hardware": selected.hardware,
              **dataclasses.asdict(selected.choice),
-             "categories": category_depth_rows(job.target, job.drafter, selected)}
+             "categories": category_depth_rows(job.target, job.drafter, selected),
+             "tree": selected.tree and selected.tree.tree,
+             "tree_speedup": selected.tree and selected.tree.speedup,
+             "tree_chain_speedup": selected.tree and selected.tree.chain_speedup}
             for job, selected in _finished(plan, store, "select_depth")]
 
 

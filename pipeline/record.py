@@ -16,14 +16,15 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from db.rows import category_depth_rows, curve_rows, diagnostic_rows, speedup_rows, tuned_config
+from db.rows import category_depth_rows, curve_rows, diagnostic_rows, rank_accept_rows, speedup_rows, tuned_config
 from pipeline.core.categories import category_curves
 from pipeline.core.contracts import Dataset, Measured, Profiled, Selected, Stored, Trained, Validated
 from pipeline.core.files import dir_hash, pack_dir
 from pipeline.core.kinds import kind as job_kind
+from pipeline.core.trees import rank_accepts
 from pipeline.core.types import DRIFT_NAMES, Curve
 from pipeline.plan import Job
-from pipeline.report import plot_comparison, plot_curve, plot_drift, plot_speedup, plot_speedup_check
+from pipeline.report import plot_comparison, plot_curve, plot_drift, plot_speedup, plot_speedup_check, plot_trees
 from pipeline.tracking import Tracker
 
 
@@ -116,9 +117,18 @@ def record_measured(job: Job, result: Measured, rec: Recording) -> None:
         if primary:
             labelled = {"all prompts": curves[0], **{c.category: c for c in primary}}
             tracker.log_artifact(run_id, plot_comparison(labelled, Path(tmp) / "categories.png", pair))
+    accepts = [rank_accepts([p for prompt in paths for p in prompt], curve.max_depth,
+                            1 + max((r for prompt in paths for p in prompt for r in p), default=0))
+               for curve, paths in zip(curves, result.rank_paths) if paths]
+    by_rank: dict[int, list[tuple[int, float]]] = {}
+    for d, r, share in accepts[0] if accepts else ():  # the primary curve's, one series per rank
+        by_rank.setdefault(r, []).append((d, share))
+    for r, points in by_rank.items():
+        tracker.log_series(run_id, f"rank_accept/r{r}", points)
     rec.store.mark_done(job.hash, result=_stored_json(result),
                         curves=curve_rows(job.target, job.drafter, (*curves, *by_category)),
-                        diagnostics=diagnostic_rows(job.target, job.drafter, result.diagnostics))
+                        diagnostics=diagnostic_rows(job.target, job.drafter, result.diagnostics),
+                        rank_accepts=rank_accept_rows(job.target, job.drafter, curves, accepts))
 
 
 def record_profiled(job: Job, result: Profiled, rec: Recording) -> None:
@@ -145,6 +155,15 @@ def record_selected(job: Job, result: Selected, rec: Recording) -> None:
                                      f"best_speedup/{_key_part(c.category)}": c.choice.speedup})
     with tempfile.TemporaryDirectory() as tmp:
         tracker.log_artifact(run_id, plot_speedup(choice, Path(tmp) / "speedup.png", _pair(job)))
+        if result.tree is not None:
+            tree = result.tree
+            tracker.log_metrics(run_id, {"tree_tokens": len(tree.tree), "tree_tokens_per_pass": tree.tokens_per_pass,
+                                         "tree_speedup": tree.speedup, "tree_over_chain": tree.over_chain})
+            path = Path(tmp) / "tree.json"
+            path.write_text(json.dumps({"tree": tree.tree, "batch_budgets": tree.batch_budgets,
+                                        "trees": [c.tree for c in tree.candidates]}))
+            tracker.log_artifact(run_id, path)
+            tracker.log_artifact(run_id, plot_trees(tree, Path(tmp) / "trees.png", _pair(job)))
         if result.schedule is not None:  # the per-batch-size depths: [[lo, hi, k], ...], inclusive ranges
             path = Path(tmp) / "schedule.json"
             path.write_text(json.dumps({"schedule": result.schedule, "batch_depths": result.batch_depths}))

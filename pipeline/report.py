@@ -67,6 +67,26 @@ def plot_speedup_check(check, path: str | Path, title: str) -> Path:
     return save_figure(fig, path, "")
 
 
+def plot_trees(choice, path: str | Path, title: str, measured: dict[int, float] | None = None) -> Path:
+    """A decoder's tokens per target pass and the predicted speedup (batch size 1) of the best tree
+    of every size, the chosen one marked; `measured`: {tree size: tokens per pass the engine emitted}."""
+    plt = pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6))
+    sizes = [len(c.tree) for c in choice.candidates]
+    ax1.plot(sizes, [c.tokens_per_pass for c in choice.candidates], "o-", label="best tree (predicted)")
+    ax1.axhline(choice.chain_tokens_per_pass, color="grey", ls=":", label=f"chain k = {choice.chain_depth}")
+    if measured:
+        ax1.plot(list(measured), list(measured.values()), "s", color="C3", label="engine (measured)")
+    ax1.set(xlabel="draft tokens in the tree", ylabel="tokens per target pass", title="tokens per pass")
+    ax1.legend(fontsize=8)
+    ax2.plot(sizes, [c.speedups[0] for c in choice.candidates], "o-")
+    ax2.axvline(len(choice.tree), color="C3", ls="--", label=f"chosen: {len(choice.tree)} tokens")
+    ax2.axhline(choice.chain_speedup, color="grey", ls=":", label="chain")
+    ax2.set(xlabel="draft tokens in the tree", ylabel="predicted speedup", title="batch size 1")
+    ax2.legend(fontsize=8)
+    return save_figure(fig, path, title)
+
+
 def plot_drift(rows, path: str | Path, title: str) -> Path:
     """The drift diagnostics against depth, one line per (condition, temperature)."""
     plt = pyplot()
@@ -89,15 +109,27 @@ def best_table(rows: list[dict], *, versioned: bool) -> Table:
     (rows from the database's `best`, not a run's own choices)."""
     table = Table(title="best depth per pairing")
     cols = ("target", "drafter", "hardware", "depth", "accept_len", "speedup", "cost_ratio")
-    for col in cols + (("version", "source") if versioned else ()):
+    trees = any(r.get("tree") for r in rows)
+    for col in cols + (("tree", "tree vs chain") if trees else ()) + (("version", "source") if versioned else ()):
         table.add_column(col, justify="right" if col in ("depth", "accept_len", "speedup", "cost_ratio") else "left")
     for r in rows:
         cells = [r["target"], r["drafter"], r["hardware"], str(r["depth"]),
                  f"{r['accept_len']:.3f}", f"{r['speedup']:.3f}x", f"{r['cost_ratio']:.3f}"]
+        if trees:
+            cells += [tree_label(r["tree"]) if r.get("tree") else "-",
+                      f"{r['tree_speedup'] / r['tree_chain_speedup']:.3f}x predicted" if r.get("tree") else "-"]
         if versioned:
             cells += [f"v{r['version']}" + ("" if r["active"] else " (old)"), r["source"]]
         table.add_row(*cells)
     return table
+
+
+def tree_label(tree) -> str:
+    """A tree in a few words: its draft tokens, depth and widest branching."""
+    from pipeline.core.trees import check_tree, shape
+
+    sh = shape(check_tree(tree))
+    return f"{sh.nodes} tokens, depth {sh.depth}, top-{sh.topk}"
 
 
 def category_table(rows: list[dict]) -> Table:

@@ -29,9 +29,10 @@ PG_BASE_URL = normalize_url(
     os.environ.get("SPECFLEET_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 )
 TABLES = {"experiments", "jobs", "experiment_jobs", "curves", "diagnostics", "speedup_checks",
-          "tuned_configs", "category_depths"}
+          "tuned_configs", "category_depths", "rank_accepts"}
 VERSION_KEYS = {"version", "active", "source", "schedule", "curve_job_hash", "cost_job_hash",
-                "drafter_job_hash", "notes", "job_hash", "decode_accept_len", "cost_model", "pass_cost", "draft_sampling"}
+                "drafter_job_hash", "notes", "job_hash", "decode_accept_len", "cost_model", "pass_cost", "draft_sampling",
+                "tree", "tree_tokens_per_pass", "tree_speedup", "tree_chain_speedup"}
 BEST_KEYS = set(TUNED_KEYS) - {"experiment_id"} | {"created_at"} | VERSION_KEYS
 
 
@@ -349,6 +350,29 @@ def test_the_choice_keeps_what_it_maximised_and_its_cost_model(store: Store) -> 
             _select_job(store, experiment_id, "select-bad", drafter="bad", **bad)
     assert store.best(drafter="bad") == []
 
+
+
+def test_trees_are_stored_beside_curves_and_tuned_configs(store: Store) -> None:
+    _measure_job(store, "curve-t")
+    accepts = [{"target": "tiny-llama", "drafter": "eagle-1layer", "condition": "greedy", "temperature": 0.0,
+                "depth": d, "rank": r, "accept": share} for d, r, share in ((1, 0, 0.7), (1, 1, 0.2), (2, 0, 0.6))]
+    store.mark_done("curve-t", result={}, rank_accepts=accepts)
+    rows = store.rank_accept_rows(target="tiny-llama")
+    assert [(r["depth"], r["rank"], r["accept"], r["job_hash"]) for r in rows] == [
+        (1, 0, 0.7, "curve-t"), (1, 1, 0.2, "curve-t"), (2, 0, 0.6, "curve-t")]
+    for bad, field in (({"rank": -1}, "rank"), ({"accept": 1.5}, "accept"), ({"depth": 0}, "depth")):
+        _measure_job(store, "curve-bad")
+        with pytest.raises(StoreError, match=field):
+            store.mark_done("curve-bad", result={}, rank_accepts=[{**accepts[0], **bad}])
+        assert _status(store, "curve-bad")["status"] == "running"  # nothing half-written
+    experiment_id = _experiment(store)
+    _select_job(store, experiment_id, "select-t", drafter="treed", tree=[[0], [1], [0, 0]], tree_tokens_per_pass=2.1,
+                tree_speedup=1.9, tree_chain_speedup=1.7)
+    (best,) = store.best(drafter="treed")
+    assert (best["tree"], best["tree_speedup"], best["tree_chain_speedup"]) == ([[0], [1], [0, 0]], 1.9, 1.7)
+    with pytest.raises(StoreError, match="tree"):
+        _select_job(store, experiment_id, "select-bad-tree", drafter="bad", tree=[[0], []])
+    assert store.best(drafter="bad") == []
 
 
 def test_tuned_config_is_stored_and_returned_by_best(store: Store) -> None:

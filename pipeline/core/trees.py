@@ -139,3 +139,17 @@ def rank_path(ranks: Sequence[int], topk: int) -> tuple[int, ...]:
             break
         out.append(int(r))
     return tuple(out)
+
+
+def rank_accepts(rank_paths: Sequence[Sequence[int]], depth: int, topk: int) -> list[tuple[int, int, float]]:
+    """Acceptance by rank and depth: (d, r, share) for d = 1..depth and r = 0..topk - 1, where share is
+    P(the target's token is the drafter's rank-r proposal at step d | it was within the top-k at
+    every step before d). Depths no chain start reached are left out."""
+    out = []
+    for d in range(1, depth + 1):
+        reached = [p for p in rank_paths if len(p) >= d - 1]
+        if not reached:
+            break
+        for r in range(topk):
+            out.append((d, r, sum(1 for p in reached if len(p) >= d and p[d - 1] == r) / len(reached)))
+    return out
