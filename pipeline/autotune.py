@@ -32,6 +32,12 @@ def schedule_of(row: dict) -> list[tuple[int, int, int]]:
     return [(1, 1, row["depth"])]
 
 
+def tree_of(row: dict):
+    """The row's draft tree when it is predicted to beat the chain it was compared with, else None."""
+    tree, speedup, chain = row.get("tree"), row.get("tree_speedup"), row.get("tree_chain_speedup")
+    return [tuple(n) for n in tree] if tree and speedup is not None and chain and speedup > chain else None
+
+
 METHODS = ("eagle3", "draft_model")  # what specfleet's drafters are served as (vLLM's method names)
 
 
@@ -184,9 +190,10 @@ def _method_of(trained, given: str) -> str:
 
 def render(engine: str, schedule: list[tuple[int, int, int]], *, model: str, method: str,
            version: str | None = None, config_dir: Path | None = None,
-           draft_sampling: str | None = None) -> engines.Emitted:
-    """The engine config for one release (default: its current one). Files it names (SGLang's
-    adaptive steps) are written to `config_dir`, whole or not at all."""
+           draft_sampling: str | None = None, tree=None) -> engines.Emitted:
+    """The engine config for one release (default: its current one), with the draft tree in place of
+    the chain where that release runs it. Files it names (SGLang's adaptive steps) are written to
+    `config_dir`, whole or not at all."""
     check_schedule(schedule)
     if max(k for _, _, k in schedule) == 0:
         raise UserError("--engine: speculation does not pay for this pairing on this hardware (depth 0 "
@@ -196,7 +203,7 @@ def render(engine: str, schedule: list[tuple[int, int, int]], *, model: str, met
     folder = (config_dir or Path(".")).resolve()
     try:
         out = engines.emit(engine, schedule, model=model, method=method, version=version, config_dir=str(folder),
-                           draft_sampling=draft_sampling)
+                           draft_sampling=draft_sampling, tree=tree)
     except engines.EngineVersionError as exc:
         raise UserError(f"{exc.option}: {exc}") from None
     for name, text in out.files.items():

@@ -401,7 +401,8 @@ def autotune(
     finally:
         store.close()
     _print_config(tune.render(engine, tune.schedule_of(row), model=path, method=method, version=engine_version,
-                              config_dir=workdir / "engine-configs", draft_sampling=tune.sampling_of(row)))
+                              config_dir=workdir / "engine-configs", draft_sampling=tune.sampling_of(row),
+                              tree=tune.tree_of(row)))
 
 
 def _print_config(emitted) -> None:

@@ -184,3 +184,83 @@ def transformers(text: str, batch_size: int) -> int:
             or settings.get("assistant_confidence_threshold", 0.4) > 0:
         raise AssertionError("the depth moves with acceptance at run time")
     return settings["num_assistant_tokens"]
+
+
+# -- trees -----------------------------------------------------------------------------------------
+
+def _parents_present(tree) -> None:
+    nodes = set(tree)
+    for node in tree:
+        if len(node) > 1 and node[:-1] not in nodes:
+            raise Refused(f"tree node {node} is not connected")
+
+
+def vllm_tree(arg: str, version: str, env: dict | None = None) -> tuple:
+    """The tree vLLM drafts under a config: its levels' sizes give each level's branching, the top
+    ranks first; without `speculative_token_tree` (or without the TREE_ATTN backend), a chain."""
+    import ast
+
+    v = Version(version)
+    parts = shlex.split(arg)
+    config = json.loads(parts[1])
+    backend = dict(zip(parts[2::2], parts[3::2])).get("--attention-backend") or (env or {}).get("VLLM_ATTENTION_BACKEND")
+    if "--attention-backend" in parts and v < Version("0.14.0"):
+        raise Refused("unrecognized arguments: --attention-backend")
+    text = config.get("speculative_token_tree")
+    k = config["num_speculative_tokens"]
+    chain = tuple((0,) * d for d in range(1, k + 1))
+    if text is None:
+        return chain
+    if v >= Version("0.21.0"):
+        raise Refused("Extra inputs are not permitted: ['speculative_token_tree']")
+    if v < Version("0.10.1") or backend != "TREE_ATTN":
+        return chain  # declared but unused before 0.10.1; other backends draft a chain
+    tree = sorted(ast.literal_eval(text), key=lambda n: (len(n), n))
+    _parents_present(tree)
+    sizes = [1] + [sum(1 for n in tree if len(n) == d) for d in range(1, max(map(len, tree)) + 1)]
+    drafted, level = [], [()]
+    for above, size in zip(sizes, sizes[1:]):
+        width = size // above
+        level = [p + (r,) for p in level for r in range(width)]
+        drafted += level
+    return tuple(drafted)
+
+
+def sglang_tree(flags: str, version: str) -> tuple[int, int, int]:
+    """(steps, top-k, draft tokens) the server runs with; it picks the nodes within them itself."""
+    args = shlex.split(flags)
+    opts = dict(zip(args[0::2], args[1::2]))
+    steps, topk = int(opts["--speculative-num-steps"]), int(opts["--speculative-eagle-topk"])
+    tokens = int(opts["--speculative-num-draft-tokens"])
+    if topk == 1:
+        tokens = steps + 1
+    if tokens - 1 > topk + (steps - 1) * topk ** 2:
+        raise Refused("selected index k out of range (torch.topk over the draft candidates)")
+    return steps, topk, tokens
+
+
+def trtllm_tree(text: str, version: str) -> tuple:
+    """("static", tree) for eagle_choices, ("dynamic", depth, top-k, draft tokens) for a dynamic tree."""
+    v = Version(version)
+    spec = yaml.safe_load(text)["speculative_config"]
+    static = {"eagle_choices", "eagle3_one_model"}
+    dynamic = {"use_dynamic_tree", "dynamic_tree_max_topK", "max_total_draft_tokens"}
+    allowed = {"decoding_type", "max_draft_len", "speculative_model_dir", "speculative_model"}
+    if Version("1.2.0rc0") <= v < Version("1.4.0rc0"):
+        allowed |= static
+    if v >= Version("1.4.0rc0"):
+        allowed |= dynamic
+    if set(spec) - allowed:
+        raise Refused(f"Extra inputs are not permitted: {sorted(set(spec) - allowed)}")
+    if "eagle_choices" in spec:
+        if spec.get("eagle3_one_model", True):
+            raise AssertionError("the one-model path ignores eagle_choices: it drafts a chain")
+        tree = sorted({tuple(n) for n in spec["eagle_choices"]}, key=lambda n: (len(n), n))
+        _parents_present(tree)
+        return "static", tuple(tree)
+    if spec.get("use_dynamic_tree"):
+        depth, topk, total = spec["max_draft_len"], spec["dynamic_tree_max_topK"], spec["max_total_draft_tokens"]
+        if topk <= 0 or not depth <= total <= topk * depth:
+            raise Refused("max_total_draft_tokens must lie between max_draft_len and topK x max_draft_len")
+        return "dynamic", depth, topk, total
+    raise AssertionError("no tree in this config")

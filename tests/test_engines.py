@@ -1,12 +1,15 @@
 """Engine configs: for every engine and release, the depth the engine runs at each batch size is
 the depth specfleet chose (or, where the release cannot express a schedule, the batch-size-1
-depth with a note saying so), as the engines' own reading of the config (engine_semantics.py) says."""
+depth with a note saying so), as the engines' own reading of the config (engine_engine.py) says."""
 from __future__ import annotations
+
+import itertools
 
 import pytest
 
 from pipeline.core.schedule import check_schedule, schedule_from_choices
 import engine_semantics as engine
+from pipeline.core.trees import shape
 from pipeline.engines import EngineVersionError, emit
 
 FALLING = {1: 5, 8: 5, 16: 4, 32: 3, 64: 1, 128: 0}
@@ -154,3 +157,44 @@ def test_engines_without_the_setting_say_so(engine_name):
     emitted = emit(engine_name, CONSTANT, model="/d", method="eagle3", draft_sampling="greedy")
     assert any("does not set how the engine draws them" in n for n in emitted.notes)
     assert not any("draws them" in n for n in emit(engine_name, CONSTANT, model="/d", method="eagle3").notes)
+
+
+TREE_EVEN = ((0,), (1,), (0, 0), (1, 0))  # every level branches evenly: 2, then 1 per node
+TREE_UNEVEN = ((0,), (1,), (2,), (0, 0), (0, 1), (0, 0, 0))
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.14.0", "0.20.2"])
+def test_vllm_drafts_the_chosen_tree_where_a_release_can(version):
+    out = emit("vllm", [(1, 64, 2)], model="/m/eagle3", method="eagle3", version=version, tree=TREE_EVEN)
+    env = {"VLLM_ATTENTION_BACKEND": "TREE_ATTN"} if any("VLLM_ATTENTION_BACKEND" in n for n in out.notes) else {}
+    assert engine.vllm_tree(out.text, version, env) == TREE_EVEN
+    # a tree that branches unevenly, a release without trees, temperature > 0: the chain, and a note why
+    for kwargs, version_, why in (({"tree": TREE_UNEVEN}, version, "unevenly"), ({"tree": TREE_EVEN}, "0.24.0", "removed"),
+                                  ({"tree": TREE_EVEN, "draft_sampling": "greedy"}, version, "temperature")):
+        out = emit("vllm", [(1, 64, 2)], model="/m/eagle3", method="eagle3", version=version_, **kwargs)
+        assert engine.vllm_tree(out.text, version_) == ((0,), (0, 0)) and any(why in n for n in out.notes)
+
+
+def test_sglang_and_trtllm_run_the_chosen_trees_bounds_or_the_tree_itself():
+    sh = shape(TREE_UNEVEN)
+    out = emit("sglang", [(1, 64, 2)], model="/m", method="eagle3", tree=TREE_UNEVEN)
+    assert engine.sglang_tree(out.text, "0.5.23") == (sh.depth, sh.topk, sh.nodes + 1)
+    out = emit("trtllm", [(1, 64, 2)], model="/m", method="eagle3", version="1.2.1", tree=TREE_UNEVEN)
+    assert engine.trtllm_tree(out.text, "1.2.1") == ("static", TREE_UNEVEN)
+    out = emit("trtllm", [(1, 64, 2)], model="/m", method="eagle3", version="1.4.0rc1", tree=TREE_UNEVEN)
+    assert engine.trtllm_tree(out.text, "1.4.0rc1") == ("dynamic", sh.depth, sh.topk, sh.nodes)
+    wide = tuple(n for d in (1, 2, 3) for n in itertools.product(range(2), repeat=d))  # 14 nodes: over SGLang's 10
+    out = emit("sglang", [(1, 64, 2)], model="/m", method="eagle3", tree=wide)
+    assert engine.sglang(out.text, "0.5.23", 1) == ("EAGLE3", 2) and any("at most" in n for n in out.notes)
+
+
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang", "trtllm", "transformers"])
+def test_a_tree_with_a_depth_per_batch_size_or_a_draft_model_stays_a_chain(engine_name):
+    method = "draft_model" if engine_name == "transformers" else "eagle3"
+    out = emit(engine_name, [(1, 4, 3), (5, 64, 1)], model="/m", method=method, tree=TREE_EVEN)
+    assert any("not written" in n for n in out.notes)
+    assert "speculative_token_tree" not in out.text and "eagle_choices" not in out.text and "topk 2" not in out.text
+    if engine_name != "transformers":
+        out = emit(engine_name, [(1, 64, 2)], model="/m", method="draft_model", version=None if engine_name != "vllm"
+                   else "0.20.2", tree=TREE_EVEN)
+        assert any("only with EAGLE" in n for n in out.notes)

@@ -26,14 +26,16 @@ def check_version(engine: str, version: str | None) -> Version:
 
 
 def emit(engine: str, schedule, *, model: str, method: str, version: str | None = None,
-         config_dir: str = ".", draft_sampling: str | None = None) -> Emitted:
+         config_dir: str = ".", draft_sampling: str | None = None, tree=None) -> Emitted:
     """The engine's config for `schedule` at `version` (default: the engine's current release);
     files it names are to be written to `config_dir`. `draft_sampling`: at temperature > 0, how
-    the curve drew and verified drafts ("sampled" or "greedy"); None at temperature 0."""
+    the curve drew and verified drafts ("sampled" or "greedy"); None at temperature 0. `tree`: a
+    draft tree (pipeline/core/trees.py) to run instead of the chain; a release that cannot run it as
+    chosen gets the chain, with a note saying why."""
     module = MODULES[engine]
     v = check_version(engine, version)
     out = module.emit(list(schedule), model=model, method=method, version=v, config_dir=config_dir,
-                      draft_sampling=draft_sampling)
+                      draft_sampling=draft_sampling, tree=tree)
     if v > Version(module.NEWEST):
         note = f"{engine} {v} is newer than the newest release read ({module.NEWEST}): written as for that one"
         out = dataclasses.replace(out, notes=(*out.notes, note))

@@ -66,3 +66,21 @@ def batch1(schedule: list[Range], engine: str, version: Version, why: str,
     note = (f"{engine} {version}: {why}; written as the batch-size-1 depth {k} at every batch size "
             f"(the schedule was {', '.join(f'{lo}-{hi}: k={d}' for lo, hi, d in schedule)})")
     return [(1, schedule[-1][1], k)], (note,)
+
+
+def not_written(engine: str, version: Version, tree, why: str) -> tuple[str, ...]:
+    """The note for a chosen tree that this release cannot run as chosen: the chain is written instead."""
+    from pipeline.core.trees import check_tree, shape
+
+    sh = shape(check_tree(tree))
+    return (f"{engine} {version}: the chosen tree ({sh.nodes} draft tokens, depth {sh.depth}, top-{sh.topk}) is not "
+            f"written: {why}; written as the chain",)
+
+
+def tree_blocker(engine: str, tree, schedule: list[Range], method: str, draft_model_ok: bool = False) -> str | None:
+    """Why no release of an engine runs this tree with this schedule, or None."""
+    if method == "draft_model" and not draft_model_ok:
+        return f"{engine} drafts trees only with EAGLE drafters"
+    if not constant(schedule):
+        return f"the depth changes with the batch size, and {engine} runs one tree at every batch size"
+    return None

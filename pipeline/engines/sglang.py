@@ -19,6 +19,11 @@ As read in the released wheels 0.5.5 to 0.5.23 (`sglang/srt/server_args.py`, fro
   `--cuda-graph-bs-decode` list pads, so give none, or one holding every range's upper end.
 - Adaptive mode runs for EAGLE and EAGLE3 with top-k 1 only; for any other algorithm
   (STANDALONE included) the server logs a warning and runs the static depth.
+- Trees (top-k > 1): each of `--speculative-num-steps` drafting steps expands the top-k best
+  branches by their top-k children, scored by the drafter's cumulative probability, and the best
+  num_draft_tokens - 1 of all of them are verified. SGLang picks those nodes itself, so the flags
+  bound the tree (its depth, branching and size) rather than fix it; at most
+  topk + (steps - 1) * topk^2 nodes can be picked. Adaptive mode is switched off with top-k > 1.
 """
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ import shlex
 from packaging.version import Version
 
 from pipeline.core.schedule import Range
-from pipeline.engines.common import Emitted, at_least, batch1, constant, unset_sampling
+from pipeline.core.trees import check_tree, shape
+from pipeline.engines.common import Emitted, at_least, batch1, constant, not_written, tree_blocker, unset_sampling
 
 NAME = "sglang"
 OLDEST, NEWEST = "0.5.5", "0.5.23"
@@ -44,10 +50,26 @@ def default_capture_sizes(largest: int = 512) -> list[int]:
 
 
 def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str,
-         draft_sampling: str | None = None) -> Emitted:
-    """Flags, and with a depth per batch size the adaptive file they name in `config_dir`."""
+         draft_sampling: str | None = None, tree=None) -> Emitted:
+    """Flags, and with a depth per batch size the adaptive file they name in `config_dir`; with a
+    `tree`, the steps, top-k and draft tokens that bound it."""
     algorithm = "EAGLE3" if method == "eagle3" else "STANDALONE"
-    notes: tuple[str, ...] = ()
+    notes = tree_notes = ()
+    if tree:
+        sh = shape(check_tree(tree))
+        why = tree_blocker(NAME, tree, schedule, method) or (
+            None if sh.nodes <= sh.topk + (sh.depth - 1) * sh.topk ** 2 else
+            f"SGLang verifies at most top-k + (steps - 1) x top-k^2 = {sh.topk + (sh.depth - 1) * sh.topk ** 2} nodes")
+        if why is None:
+            flags = ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", model,
+                     "--speculative-num-steps", str(sh.depth), "--speculative-eagle-topk", str(sh.topk),
+                     "--speculative-num-draft-tokens", str(sh.nodes + 1)]
+            return Emitted(text=" ".join(shlex.quote(f) for f in flags), notes=(
+                f"sglang: the server picks the {sh.nodes} draft tokens itself by the drafter's cumulative scores, "
+                f"within {sh.depth} steps and top-{sh.topk}; the tree it drafts may differ from the one measured",
+                "sglang: with a paged KV cache (page size > 1) top-k > 1 needs the flashinfer, fa3 or triton "
+                "attention backend"))
+        tree_notes = not_written(NAME, version, tree, why)
     if not constant(schedule):
         why = _no_schedule(schedule, algorithm, version)
         if why:
@@ -69,7 +91,7 @@ def emit(schedule: list[Range], *, model: str, method: str, version: Version, co
             notes += (f"sglang: pass no --cuda-graph-bs-decode, or one that lists {ends}: the server pads a batch to "
                       "that list before it picks the depth",)
     notes += unset_sampling(NAME, draft_sampling)
-    return Emitted(text=" ".join(shlex.quote(f) for f in flags), files=files, notes=notes)
+    return Emitted(text=" ".join(shlex.quote(f) for f in flags), files=files, notes=tree_notes + notes)
 
 
 def _no_schedule(schedule: list[Range], algorithm: str, version: Version) -> str | None:

@@ -13,7 +13,7 @@ import json
 from packaging.version import Version
 
 from pipeline.core.schedule import Range
-from pipeline.engines.common import Emitted, EngineVersionError, batch1, constant, unset_sampling
+from pipeline.engines.common import Emitted, EngineVersionError, batch1, constant, not_written, unset_sampling
 
 NAME = "transformers"
 OLDEST, NEWEST = "4.48.0", "5.24.0"  # the oldest this project installs with; the newest it was run with
@@ -21,15 +21,16 @@ DEFAULT_VERSION = NEWEST
 
 
 def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str,
-         draft_sampling: str | None = None) -> Emitted:
+         draft_sampling: str | None = None, tree=None) -> Emitted:
     """(`config_dir`: where files would go; this engine's config is all in its text.)"""
     if method != "draft_model":
         raise EngineVersionError(f"transformers: HF assisted generation drafts with a standalone draft model; "
                                  f"this drafter is {method} (use vllm, sglang or trtllm)", option="--engine")
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = not_written(NAME, version, tree, "assisted generation drafts chains only") if tree else ()
     if not constant(schedule):
-        schedule, notes = batch1(schedule, NAME, version, "assisted generation decodes one sequence at a time",
+        schedule, extra = batch1(schedule, NAME, version, "assisted generation decodes one sequence at a time",
                                  option="--engine")
+        notes += extra
     config = {"assistant_model": model,
               "assistant_generation_config": {"num_assistant_tokens": schedule[0][2],
                                               "num_assistant_tokens_schedule": "constant",
