@@ -17,6 +17,7 @@ from db.tables import (
     Job,
     RankAccept,
     SpeedupPoint,
+    TreeCheckPoint,
     TunedConfig,
 )
 
@@ -59,6 +60,7 @@ def _values_of(model: type) -> tuple[str, ...]:
 CURVE_KEYS = _values_of(CurvePoint)
 CATEGORY_DEPTH_KEYS = _values_of(CategoryDepth)
 RANK_ACCEPT_KEYS = _values_of(RankAccept)
+TREE_CHECK_KEYS = _values_of(TreeCheckPoint)
 DIAGNOSTIC_KEYS = _values_of(Diagnostic)
 SPEEDUP_KEYS = _values_of(SpeedupPoint)
 
@@ -173,6 +175,13 @@ def rank_accept_values(session: Session, *, target: str | None, drafter: str | N
     """Sorted by target, drafter, condition, temperature, job, depth, rank."""
     order = ("target", "drafter", "condition", "temperature", "job_id", "depth", "rank")
     return _measured_rows(session, RankAccept, RANK_ACCEPT_KEYS, order, target=target, drafter=drafter)
+
+
+def tree_check_values(session: Session, *, target: str | None, drafter: str | None) -> list[dict]:
+    """Sorted by target, drafter, hardware, job, position (0: the chosen tree); `tree` decoded."""
+    order = ("target", "drafter", "hardware", "job_id", "position")
+    rows = _measured_rows(session, TreeCheckPoint, TREE_CHECK_KEYS, order, target=target, drafter=drafter)
+    return [{**r, "tree": json.loads(r["tree_json"])} for r in rows]
 
 
 def speedup_checks(

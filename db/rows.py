@@ -5,6 +5,7 @@ returns the values `Store.mark_done` stores, named as the columns of `db/tables.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 
@@ -78,3 +79,18 @@ def tuned_config(target: str, drafter: str, selected, *, experiment_id: int, spe
             "tree": [list(n) for n in selected.tree.tree], "tree_tokens_per_pass": selected.tree.tokens_per_pass,
             "tree_speedup": selected.tree.speedup, "tree_chain_speedup": selected.tree.chain_speedup}),
     }
+
+
+def tree_check_rows(target: str, drafter: str, check) -> list[dict]:
+    """One row per tree of a speedup check's tree check (check.tree); none without one."""
+    trees = check.tree
+    if trees is None:
+        return []
+    return [{"target": target, "drafter": drafter, "condition": check.condition, "temperature": check.temperature,
+             "hardware": check.hardware, "depth": max(len(n) for n in tree), "position": i,
+             "tree_json": json.dumps([list(n) for n in tree]), "tokens_per_s": trees.tokens_per_s[i],
+             "engine_accept_len": trees.engine_accept_len[i],
+             "predicted_tokens_per_pass": trees.predicted_tokens_per_pass[i],
+             "predicted_speedup": trees.predicted_speedup[i], "measured_speedup": trees.measured_speedup[i],
+             "chain_depth": trees.chain_depth, "chain_tokens_per_s": trees.chain_tokens_per_s}
+            for i, tree in enumerate(trees.trees)]

@@ -209,6 +209,7 @@ class Store:
         tuned: dict | None = None,
         category_depths: Sequence[dict] | None = None,
         rank_accepts: Sequence[dict] | None = None,
+        tree_checks: Sequence[dict] | None = None,
         owner: str | None = None,
     ) -> None:
         """Store a job's result, its measured rows and its tuned config in one transaction.
@@ -219,7 +220,8 @@ class Store:
         dicts with exactly SPEEDUP_KEYS, one per (condition, temperature, depth), depth 0 being
         plain decoding; tokens_per_s must be > 0. ``category_depths`` holds dicts with exactly
         CATEGORY_DEPTH_KEYS, one per prompt category; ``rank_accepts`` dicts with exactly
-        RANK_ACCEPT_KEYS, one per (condition, temperature, depth, rank). Each of these, when given (even empty),
+        RANK_ACCEPT_KEYS, one per (condition, temperature, depth, rank); ``tree_checks`` dicts with
+        exactly TREE_CHECK_KEYS, one per tree a speedup check ran. Each of these, when given (even empty),
         replaces all the rows of that kind the job stored before; None leaves them.
         A tuned config needs TUNED_KEYS and may add TUNED_OPTIONAL_KEYS (``schedule`` as
         [[lo, hi, k], ...], and the curve, cost and drafter job hashes it came from). It becomes
@@ -246,6 +248,8 @@ class Store:
                 writes.replace_category_depths(session, job, category_depths)
             if rank_accepts is not None:
                 writes.replace_rank_accepts(session, job, rank_accepts)
+            if tree_checks is not None:
+                writes.replace_tree_checks(session, job, tree_checks)
         return self._write("mark_done", body)
 
     def add_production_config(
@@ -325,6 +329,19 @@ class Store:
         found = self.category_depths([h for h in source if h])
         return [{**r, "categories": found.get(h, [])} for r, h in zip(rows, source)]
 
+    def with_tree_checks(self, rows: list[dict]) -> list[dict]:
+        """`best` rows, each with `tree_measured_over_chain`: the chosen tree's tokens/s over the chain's
+        in the newest speedup check that ran that tree for the pairing on that hardware (None: none did)."""
+        checks = [c for c in self.tree_check_rows() if c["position"] == 0]
+        out = []
+        for r in rows:
+            same = [c for c in checks if r.get("tree") and (c["target"], c["drafter"], c["hardware"], c["tree"])
+                    == (r["target"], r["drafter"], r["hardware"], r["tree"])]
+            newest = same[-1] if same else None  # sorted by job within a pairing and hardware: the newest last
+            out.append({**r, "tree_measured_over_chain": None if newest is None
+                        else newest["tokens_per_s"] / newest["chain_tokens_per_s"]})
+        return out
+
     def category_depths(self, job_hashes: Sequence[str]) -> dict[str, list[dict]]:
         """The depth chosen per prompt category by each of these select jobs, by job hash."""
         def body(session: Session):
@@ -349,6 +366,10 @@ class Store:
     def rank_accept_rows(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
         """RANK_ACCEPT_KEYS plus job_hash: acceptance by rank and depth beside each curve."""
         return self._read(lambda session: queries.rank_accept_values(session, target=target, drafter=drafter))
+
+    def tree_check_rows(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
+        """TREE_CHECK_KEYS plus job_hash and the decoded `tree`: every tree a speedup check ran."""
+        return self._read(lambda session: queries.tree_check_values(session, target=target, drafter=drafter))
 
     def speedup_rows(
         self, *, target: str | None = None, drafter: str | None = None

@@ -232,6 +232,32 @@ class RankAccept(MeasuredAt, Base):
     accept: Mapped[float] = mapped_column(Float)
 
 
+class TreeCheckPoint(MeasuredAt, Base):
+    """One draft tree the engine ran in a speedup check (position 0: the chosen tree, then trees of
+    neighbouring sizes), beside the chain at its chosen depth and plain decoding timed in the same
+    loop. ``depth`` is the tree's depth; ``tree_json`` its nodes as JSON [[ranks...], ...]."""
+
+    __tablename__ = "tree_checks"
+    __table_args__ = (
+        UniqueConstraint("job_id", "position"),
+        CheckConstraint("depth >= 1", name="depth"),
+        CheckConstraint("position >= 0", name="position"),
+        CheckConstraint("tokens_per_s > 0 AND chain_tokens_per_s > 0", name="tokens_per_s"),
+        Index(None, "target", "drafter"),
+    )
+
+    hardware: Mapped[str] = mapped_column(String(NAME_LEN))
+    position: Mapped[int] = mapped_column(Integer)
+    tree_json: Mapped[str] = mapped_column(Text)
+    tokens_per_s: Mapped[float] = mapped_column(Float)
+    engine_accept_len: Mapped[float] = mapped_column(Float)
+    predicted_tokens_per_pass: Mapped[float] = mapped_column(Float)
+    predicted_speedup: Mapped[float] = mapped_column(Float)
+    measured_speedup: Mapped[float] = mapped_column(Float)
+    chain_depth: Mapped[int] = mapped_column(Integer)
+    chain_tokens_per_s: Mapped[float] = mapped_column(Float)
+
+
 class CategoryDepth(MeasuredAt, Base):
     """The depth a select job chose for one prompt category of its primary curve, at batch size 1,
     costed as the pairing's own choice (the tuned config the same job wrote)."""

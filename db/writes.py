@@ -25,6 +25,7 @@ from db.queries import (
     DIAGNOSTIC_KEYS,
     RANK_ACCEPT_KEYS,
     SPEEDUP_KEYS,
+    TREE_CHECK_KEYS,
     TUNED_KEYS,
     TUNED_OPTIONAL_KEYS,
     WORKLOAD_KEYS,
@@ -41,6 +42,7 @@ from db.tables import (
     Job,
     RankAccept,
     SpeedupPoint,
+    TreeCheckPoint,
     TunedConfig,
 )
 
@@ -169,6 +171,33 @@ def replace_rank_accepts(session: Session, job: Job, rows: Sequence[dict]) -> No
     session.execute(delete(RankAccept).where(RankAccept.job_id == job.id))
     session.add_all(kept)
     session.flush()  # so a repeated (condition, temperature, depth, rank) fails here
+
+
+_TREE_CHECK_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN, "hardware": NAME_LEN}
+_TREE_CHECK_NUMBERS = ("temperature", "tokens_per_s", "engine_accept_len", "predicted_tokens_per_pass",
+                       "predicted_speedup", "measured_speedup", "chain_tokens_per_s")
+
+
+def replace_tree_checks(session: Session, job: Job, rows: Sequence[dict]) -> None:
+    """Replace the job's tree checks; each entry needs exactly TREE_CHECK_KEYS."""
+    kept = []
+    for index, entry in enumerate(rows):
+        where = f"tree_checks[{index}] of job {job.job_hash}"
+        values = _checked_row(entry, where, keys=TREE_CHECK_KEYS, text=_TREE_CHECK_TEXT, numbers=_TREE_CHECK_NUMBERS)
+        try:
+            tree = _checked_tree(json.loads(entry["tree_json"]), where)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"{where}: tree_json must be JSON [[ranks...], ...]: {exc}") from None
+        values["tree_json"] = json.dumps(tree)
+        for key in ("position", "chain_depth"):
+            if not isinstance(entry[key], Integral) or isinstance(entry[key], bool) or entry[key] < 0:
+                raise StoreError(f"{where}: {key} must be an integer >= 0, got {entry[key]!r}")
+        if values["depth"] < 1 or values["tokens_per_s"] <= 0 or values["chain_tokens_per_s"] <= 0:
+            raise StoreError(f"{where}: depth must be >= 1 and tokens_per_s > 0")
+        kept.append(TreeCheckPoint(job_id=job.id, **values))
+    session.execute(delete(TreeCheckPoint).where(TreeCheckPoint.job_id == job.id))
+    session.add_all(kept)
+    session.flush()
 
 
 def replace_speedup_checks(session: Session, job: Job, rows: Sequence[dict]) -> None:

@@ -176,12 +176,15 @@ def _selected(plan, store) -> list[dict]:
     """The depth choices of this plan's select jobs, for the summary table."""
     from db.rows import category_depth_rows
 
+    measured = {(target, drafter): check.tree.over_chain for target, drafter, check in _speedup_checks(plan, store)
+                if check.tree is not None}
     return [{"target": job.target, "drafter": job.drafter, "hardware": selected.hardware,
              **dataclasses.asdict(selected.choice),
              "categories": category_depth_rows(job.target, job.drafter, selected),
              "tree": selected.tree and selected.tree.tree,
              "tree_speedup": selected.tree and selected.tree.speedup,
-             "tree_chain_speedup": selected.tree and selected.tree.chain_speedup}
+             "tree_chain_speedup": selected.tree and selected.tree.chain_speedup,
+             "tree_measured_over_chain": measured.get((job.target, job.drafter))}
             for job, selected in _finished(plan, store, "select_depth")]
 
 
@@ -226,7 +229,7 @@ def best(
     """The chosen depth per pairing (the active tuned config), from the database."""
     store = _store(workdir, db)
     try:
-        rows = store.best(target=target, drafter=drafter, history=history)
+        rows = store.with_tree_checks(store.best(target=target, drafter=drafter, history=history))
         if by_category:
             rows = store.with_categories(rows)
     finally:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from db.rows import category_depth_rows, curve_rows, diagnostic_rows, rank_accept_rows, speedup_rows, tuned_config
+from db.rows import (category_depth_rows, curve_rows, diagnostic_rows, rank_accept_rows, speedup_rows,
+                     tree_check_rows, tuned_config)
 from pipeline.core.categories import category_curves
 from pipeline.core.contracts import Dataset, Measured, Profiled, Selected, Stored, Trained, Validated
 from pipeline.core.files import dir_hash, pack_dir
@@ -24,7 +25,8 @@ from pipeline.core.kinds import kind as job_kind
 from pipeline.core.trees import rank_accepts
 from pipeline.core.types import DRIFT_NAMES, Curve
 from pipeline.plan import Job
-from pipeline.report import plot_comparison, plot_curve, plot_drift, plot_speedup, plot_speedup_check, plot_trees
+from pipeline.report import (plot_comparison, plot_curve, plot_drift, plot_speedup, plot_speedup_check,
+                             plot_tree_check, plot_trees)
 from pipeline.tracking import Tracker
 
 
@@ -182,10 +184,18 @@ def record_validated(job: Job, result: Validated, rec: Recording) -> None:
     tracker.log_metrics(run_id, {"chosen_depth": check.chosen_depth, "best_measured_depth": check.best_measured_depth,
                                  "chosen_vs_best": check.chosen_vs_best, "passed": float(check.passed),
                                  "greedy_mismatches": check.greedy_mismatches})
+    if check.tree is not None:
+        tracker.log_metrics(run_id, {"tree_tokens_per_s": check.tree.tokens_per_s[0],
+                                     "chain_tokens_per_s": check.tree.chain_tokens_per_s,
+                                     "tree_over_chain_measured": check.tree.over_chain,
+                                     "tree_greedy_mismatches": check.tree.greedy_mismatches})
     with tempfile.TemporaryDirectory() as tmp:
         tracker.log_artifact(run_id, plot_speedup_check(check, Path(tmp) / "speedup_check.png", _pair(job)))
+        if check.tree is not None:
+            tracker.log_artifact(run_id, plot_tree_check(check.tree, Path(tmp) / "tree_check.png", _pair(job)))
     rec.store.mark_done(job.hash, result=_stored_json(result),
-                        speedup_checks=speedup_rows(job.target, job.drafter, check))
+                        speedup_checks=speedup_rows(job.target, job.drafter, check),
+                        tree_checks=tree_check_rows(job.target, job.drafter, check))
 
 
 def _key_part(text: str) -> str:

@@ -87,6 +87,23 @@ def plot_trees(choice, path: str | Path, title: str, measured: dict[int, float] 
     return save_figure(fig, path, title)
 
 
+def plot_tree_check(check, path: str | Path, title: str) -> Path:
+    """Predicted against measured speedup of each tree the engine ran, by tree size, with the chain's."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    order = sorted(range(len(check.trees)), key=lambda i: len(check.trees[i]))
+    sizes = [len(check.trees[i]) for i in order]
+    ax.plot(sizes, [check.predicted_speedup[i] for i in order], "o--", label="predicted")
+    ax.plot(sizes, [check.measured_speedup[i] for i in order], "s-", label="measured (engine)")
+    chain = check.chain_tokens_per_s / (check.tokens_per_s[0] / check.measured_speedup[0])
+    ax.axhline(chain, color="grey", ls=":", label=f"chain k = {check.chain_depth} (measured)")
+    ax.axvline(len(check.trees[0]), color="C3", ls=":", label="chosen tree")
+    ax.set(xlabel="draft tokens in the tree", ylabel="speedup over plain decoding",
+           title=f"{title}\nchosen tree vs chain: {check.over_chain:.3f}x measured")
+    ax.legend(fontsize=8)
+    return save_figure(fig, path, "")
+
+
 def plot_drift(rows, path: str | Path, title: str) -> Path:
     """The drift diagnostics against depth, one line per (condition, temperature)."""
     plt = pyplot()
@@ -117,11 +134,18 @@ def best_table(rows: list[dict], *, versioned: bool) -> Table:
                  f"{r['accept_len']:.3f}", f"{r['speedup']:.3f}x", f"{r['cost_ratio']:.3f}"]
         if trees:
             cells += [tree_label(r["tree"]) if r.get("tree") else "-",
-                      f"{r['tree_speedup'] / r['tree_chain_speedup']:.3f}x predicted" if r.get("tree") else "-"]
+                      _tree_gain(r) if r.get("tree") else "-"]
         if versioned:
             cells += [f"v{r['version']}" + ("" if r["active"] else " (old)"), r["source"]]
         table.add_row(*cells)
     return table
+
+
+def _tree_gain(row: dict) -> str:
+    text = f"{row['tree_speedup'] / row['tree_chain_speedup']:.3f}x predicted"
+    if row.get("tree_measured_over_chain") is not None:
+        text += f", {row['tree_measured_over_chain']:.3f}x measured"
+    return text
 
 
 def tree_label(tree) -> str:

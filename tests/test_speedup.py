@@ -160,3 +160,36 @@ def test_hf_generate_decodes_every_token_whatever_the_models_own_generation_conf
         assert target.generation_config.eos_token_id == plain[1]  # the model's own config is given back
     finally:
         target.generation_config = own
+
+
+def test_measure_speedup_runs_the_chosen_tree_its_neighbours_and_the_chain(tiny_target, tiny_drafters):
+    from pipeline.core.tree_choice import choose_tree
+    from pipeline.core.types import CostProfile
+
+    target, tokenizer, target_files = tiny_target
+    _, drafter_files = tiny_drafters["post"]
+    paths = [[(0, 0, 1), (1, 0), (0,), (0, 1, 0), (2,), (0, 0, 0)]] * 4
+    cost = CostProfile(hardware="cpu 2t x1 float32", draft_ms=0.1, decode_ms=1.0, verify_ms=1.0,
+                       tree_verify_ms_by_batch=(tuple(1.0 + 0.01 * m for m in range(9)),),
+                       tree_draft_ms_by_batch=((0.1,) * 8,))
+    tree = choose_tree(paths, cost, max_depth=3, topk=3, chain_depth=2)
+    curve = Curve(condition="default", temperature=0.0, num_chains=10, cond_accept=(0.5, 0.5, 0.5),
+                  survival=(0.5, 0.25, 0.125), accept_len=(1.0, 1.5, 1.75, 1.875))
+    selected = c.Selected(choice=choose_depth(curve, 0.1), hardware="cpu 2t x1 float32", condition="default",
+                          temperature=0.0, tree=tree)
+    config = c.MeasureSpeedupConfig(seed=0, device="cpu", target=c.TargetRef(name="t"),
+                                    drafter=Eagle3DrafterSpec(name="d", norm="post"), evaluation=EVAL,
+                                    validation=VALIDATION, num_cpus=2, num_gpus=0)
+    inputs = {"target": c.Trained(metrics={}, files=target_files),
+              "drafter": c.Trained(family="eagle3", metrics={}, files=drafter_files), "depth": selected}
+    check = run_job("measure_speedup", config, inputs, num_cpus=2, num_gpus=0).speedup_check
+    trees = check.tree
+    n = len(tree.tree)
+    assert trees.trees[0] == tree.tree and sorted(len(t) for t in trees.trees[1:]) == \
+        [m for m in (n - 2, n - 1, n + 1, n + 2) if 1 <= m <= 8 and tree.candidates[m].tree != tree.tree]
+    assert trees.greedy_mismatches == 0 and trees.chain_depth == 2
+    assert len(trees.tokens_per_s) == len(trees.trees) == len(trees.predicted_speedup)
+    assert trees.measured_speedup[0] == pytest.approx(trees.tokens_per_s[0] / trees.plain_tokens_per_s)
+    assert all(1.0 <= a <= len(t) + 1 for a, t in zip(trees.engine_accept_len, trees.trees))
+    best = max(max(trees.tokens_per_s), trees.chain_tokens_per_s)
+    assert (trees.tokens_per_s[0] >= 0.95 * best) == (not any("chosen tree" in p for p in check.problems))

@@ -29,7 +29,7 @@ PG_BASE_URL = normalize_url(
     os.environ.get("SPECFLEET_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 )
 TABLES = {"experiments", "jobs", "experiment_jobs", "curves", "diagnostics", "speedup_checks",
-          "tuned_configs", "category_depths", "rank_accepts"}
+          "tuned_configs", "category_depths", "rank_accepts", "tree_checks"}
 VERSION_KEYS = {"version", "active", "source", "schedule", "curve_job_hash", "cost_job_hash",
                 "drafter_job_hash", "notes", "job_hash", "decode_accept_len", "cost_model", "pass_cost", "draft_sampling",
                 "tree", "tree_tokens_per_pass", "tree_speedup", "tree_chain_speedup"}
@@ -373,6 +373,21 @@ def test_trees_are_stored_beside_curves_and_tuned_configs(store: Store) -> None:
     with pytest.raises(StoreError, match="tree"):
         _select_job(store, experiment_id, "select-bad-tree", drafter="bad", tree=[[0], []])
     assert store.best(drafter="bad") == []
+    # the engine's check of that tree: `best` shows its measured gain over the chain timed beside it
+    assert store.with_tree_checks(store.best(drafter="treed"))[0]["tree_measured_over_chain"] is None
+    check = {"target": "tiny-llama", "drafter": "treed", "condition": "greedy", "temperature": 0.0,
+             "hardware": "cpu x1 float32", "depth": 2, "position": 0, "tree_json": "[[0], [1], [0, 0]]",
+             "tokens_per_s": 60.0, "engine_accept_len": 2.0, "predicted_tokens_per_pass": 2.1,
+             "predicted_speedup": 1.9, "measured_speedup": 1.5, "chain_depth": 2, "chain_tokens_per_s": 50.0}
+    _link(store, experiment_id, "speedup-t", kind="measure_speedup")
+    store.mark_running("speedup-t", mlflow_run_id="run-speedup-t")
+    with pytest.raises(StoreError, match="tree_checks.0. of job speedup-t: tree must be"):
+        store.mark_done("speedup-t", result={}, tree_checks=[{**check, "tree_json": "[[0], [-1]]"}])
+    store.mark_done("speedup-t", result={}, tree_checks=[check, {**check, "position": 1, "tree_json": "[[0]]",
+                                                                  "depth": 1}])
+    assert [r["tree"] for r in store.tree_check_rows(drafter="treed")] == [[[0], [1], [0, 0]], [[0]]]
+    (row,) = store.with_tree_checks(store.best(drafter="treed"))
+    assert row["tree_measured_over_chain"] == pytest.approx(60.0 / 50.0)
 
 
 def test_tuned_config_is_stored_and_returned_by_best(store: Store) -> None:

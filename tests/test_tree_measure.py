@@ -32,3 +32,30 @@ def test_eagle_and_model_ranks_follow_the_targets_path_step_by_step():
             cache, logits, chain = drafter.step(truth, chain, cache, proposer.pos + 1 + s)
             out, mcache, _ = cached_forward_states(model, truth[None], mcache)
     assert (eagle > 0).any() and (plain > 0).any()  # untrained drafters: the target's token is often not the top guess
+
+
+def test_the_walk_over_measured_rank_paths_is_what_the_tree_engine_does():
+    """At temperature 0, the drafts the tree engine keeps pass by pass are what each round's rank path
+    keeps under the tree: the prediction of tokens per pass is the engine's, exactly."""
+    from pipeline.core.trees import kept, rank_path
+    from workers.measure import continue_text
+    from workers.tree_engine import generate_tree
+
+    target = _tiny_llama(0, vocab=40)
+    proposer = _eagle(target)
+    K, n_cont, topk = 4, 40, 3
+    prompt = torch.tensor([[1, 5, 3, 7, 2, 9]])
+    p_len = prompt.shape[1]
+    seq = continue_text(target, prompt, n_cont + K, 0.0, None)
+    starts = list(range(p_len - 1, p_len - 1 + n_cont))
+    streams, _ = target_pass(target, seq, proposer.drafter.cfg.capture_layers)
+    paths = [rank_path(r, topk) for r in eagle_ranks(proposer.drafter, seq, streams, K, starts).tolist()]
+    assert sum(1 for p in paths if p and p[0] > 0) >= 3  # second and third guesses to bank
+    for tree in (((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)), ((0,), (1,), (2,), (0, 0), (2, 0), (0, 0, 0))):
+        _, engine = generate_tree(target, _eagle(target), prompt, max_new=n_cont + 1, tree=tree, temperature=0.0)
+        walk, c = [], 0
+        while c < n_cont:
+            walk.append(kept(paths[c], set(tree)))
+            c += walk[-1] + 1
+        assert engine == walk, tree
+        assert any(walk)

@@ -42,6 +42,38 @@ def validation_prompts(tokenizer, evaluation, validation, seed: int) -> list[tor
                          answer_prefix=evaluation.answer_prefix, prompts_file=evaluation.prompts)[seen:]
 
 
+def time_decoders(decoders: list, prompts: list[torch.Tensor], device, *, new_tokens: int, repeats: int,
+                  warmup_prompts: int, temperature: float, seed: int) -> dict:
+    """Time decoders side by side on the same prompts: each is `fn(prompt [1, P], max_new, gen, timing)`
+    returning the tokens (workers/engine.generate's timing). The order is rotated from prompt to
+    prompt. Returns lists aligned with `decoders`: tokens_per_s (tokens per pass pooled over every
+    pass, over the median seconds of one pass), accept_len, tokens, seconds; and greedy_mismatches:
+    at temperature 0, the prompts where some decoder's output differs from the first one's."""
+    n = len(decoders)
+    seconds, tokens, passes = [0.0] * n, [0] * n, [0] * n
+    pass_s: list[list[float]] = [[] for _ in range(n)]  # seconds per target pass, one entry per decode
+    gen = torch.Generator().manual_seed(seed)
+    for prompt in prompts[:warmup_prompts]:  # warm-up: allocator, kernels, caches
+        for fn in decoders:
+            fn(prompt[None].to(device), 8, gen, {})
+    mismatches = 0
+    for _ in range(repeats):
+        for i, prompt in enumerate(prompts):
+            outs = {}
+            for d in [*range(n)][i % n:] + [*range(n)][: i % n]:
+                timing: dict = {}
+                outs[d] = decoders[d](prompt[None].to(device), new_tokens, gen, timing)
+                pass_s[d].append(timing["decode_s"] / timing["passes"])
+                seconds[d] += timing["decode_s"]
+                tokens[d] += timing["tokens"]
+                passes[d] += timing["passes"]
+            if temperature == 0 and any(outs[d] != outs[0] for d in range(n)):
+                mismatches += 1
+    accept_len = [t / p for t, p in zip(tokens, passes)]
+    return {"tokens_per_s": [a / statistics.median(s) for a, s in zip(accept_len, pass_s)], "accept_len": accept_len,
+            "tokens": tokens, "seconds": seconds, "greedy_mismatches": mismatches}
+
+
 def engine_speedups(*, target, proposer, tokenizer, evaluation, validation, seed: int) -> EngineBenchmark:
     """Measured tokens/s, speedup over k = 0 and the engine's accept_len at every k.
 
@@ -51,39 +83,19 @@ def engine_speedups(*, target, proposer, tokenizer, evaluation, validation, seed
     or the numerics break a near-tie).
     """
     condition, temperature = evaluation.conditions[0], evaluation.temperatures[0]
-    max_depth = evaluation.max_depth
-    prompts = validation_prompts(tokenizer, evaluation, validation, seed)
-    device = next(target.parameters()).device
-    depths = list(range(max_depth + 1))
-    seconds, tokens, passes = [0.0] * len(depths), [0] * len(depths), [0] * len(depths)
-    pass_s: list[list[float]] = [[] for _ in depths]  # seconds per target pass, one entry per decode
-    new_tokens = validation.new_tokens or evaluation.continuation_len
-    gen = torch.Generator().manual_seed(seed)
-    for prompt in prompts[: validation.warmup_prompts]:  # warm-up: allocator, kernels, caches
-        for k in depths:
-            generate(target, proposer, prompt[None].to(device), max_new=8, depth=k, temperature=temperature, gen=gen,
-                     draft_sampling=evaluation.draft_sampling)
-    mismatches = 0
-    for _ in range(validation.repeats):
-        for i, prompt in enumerate(prompts):
-            outs = {}
-            for k in depths[i % len(depths):] + depths[: i % len(depths)]:
-                timing: dict = {}
-                out, _ = generate(target, proposer, prompt[None].to(device), max_new=new_tokens, depth=k,
-                                  temperature=temperature, gen=gen, timing=timing,
-                                  draft_sampling=evaluation.draft_sampling)
-                pass_s[k].append(timing["decode_s"] / timing["passes"])
-                seconds[k] += timing["decode_s"]
-                tokens[k] += timing["tokens"]
-                passes[k] += timing["passes"]
-                outs[k] = out
-            if temperature == 0 and any(outs[k] != outs[0] for k in depths):
-                mismatches += 1
-    engine_accept_len = [t / p for t, p in zip(tokens, passes)]
-    tokens_per_s = [a / statistics.median(s) for a, s in zip(engine_accept_len, pass_s)]
+
+    def at_depth(k):
+        return lambda prompt, max_new, gen, timing: generate(
+            target, proposer, prompt, max_new=max_new, depth=k, temperature=temperature, gen=gen, timing=timing,
+            draft_sampling=evaluation.draft_sampling)[0]
+
+    timed = time_decoders([at_depth(k) for k in range(evaluation.max_depth + 1)],
+                          validation_prompts(tokenizer, evaluation, validation, seed), next(target.parameters()).device,
+                          new_tokens=validation.new_tokens or evaluation.continuation_len, repeats=validation.repeats,
+                          warmup_prompts=validation.warmup_prompts, temperature=temperature, seed=seed)
+    tps = timed["tokens_per_s"]
     return EngineBenchmark(
-        condition=condition, temperature=temperature, tokens_per_s=tuple(tokens_per_s),
-        measured_speedup=tuple(t / tokens_per_s[0] for t in tokens_per_s),
-        engine_accept_len=tuple(engine_accept_len), greedy_mismatches=mismatches, tokens=tuple(tokens),
-        seconds=tuple(seconds),
+        condition=condition, temperature=temperature, tokens_per_s=tuple(tps),
+        measured_speedup=tuple(t / tps[0] for t in tps), engine_accept_len=tuple(timed["accept_len"]),
+        greedy_mismatches=timed["greedy_mismatches"], tokens=tuple(timed["tokens"]), seconds=tuple(timed["seconds"]),
     )

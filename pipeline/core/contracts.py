@@ -252,6 +252,28 @@ class HFRun(Contract):
     mismatches: int  # greedy: prompts decoded differently from plain HF generate
 
 
+class TreeCheck(Contract):
+    """The engine with the chosen tree and its neighbours by size, beside the chain at its chosen depth
+    and plain decoding, all timed in one loop (workers/tree_speedup.py)."""
+
+    trees: tuple[tuple[tuple[int, ...], ...], ...]  # [0]: the chosen tree, then its neighbours by size
+    tokens_per_s: tuple[float, ...]  # aligned with trees
+    engine_accept_len: tuple[float, ...]  # tokens per target pass the engine emitted
+    predicted_tokens_per_pass: tuple[float, ...]
+    predicted_speedup: tuple[float, ...]  # over plain decoding, batch size 1
+    measured_speedup: tuple[float, ...]  # over plain decoding timed in the same loop
+    plain_tokens_per_s: float
+    chain_depth: int
+    chain_tokens_per_s: float
+    chain_predicted_speedup: float
+    greedy_mismatches: int  # prompts a tree or the chain decoded differently from plain greedy decoding
+
+    @property
+    def over_chain(self) -> float:
+        """The chosen tree's measured tokens/s over the chain's."""
+        return self.tokens_per_s[0] / self.chain_tokens_per_s
+
+
 class SpeedupCheck(Contract):
     """The real engine at every depth k = 0..max_depth beside the predicted speedup, and a verdict."""
 
@@ -273,6 +295,7 @@ class SpeedupCheck(Contract):
     passed: bool
     problems: tuple[str, ...]
     hf_runs: tuple[HFRun, ...] = ()  # with validation.compare_hf: the same prompts through HF generate
+    tree: TreeCheck | None = None  # when a tree was chosen
 
 
 class Validated(Contract):

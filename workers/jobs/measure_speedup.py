@@ -2,17 +2,20 @@
 
 The verdict passes when the chosen depth reaches (1 - tolerance) of the best measured tokens/s,
 every depth decoded exactly what plain greedy decoding does, and the costs the choice used were
-timed on the hardware the engine ran on.
+timed on the hardware the engine ran on. With a tree chosen, the engine also runs it, the best
+trees one and two sizes either side, and the chain at its chosen depth; the chosen tree must reach
+(1 - tolerance) of the best of those and of the chain, and decode as plain greedy decoding does.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from pipeline.core.contracts import HFRun, MeasureSpeedupConfig, Selected, SpeedupCheck, Validated
+from pipeline.core.contracts import HFRun, MeasureSpeedupConfig, Selected, SpeedupCheck, TreeCheck, TreeChoice, Validated
 from workers.device import hardware_id, pick_device
 from workers.family import load_pairing
 from workers.hf_engine import hf_comparison
 from workers.speedup import EngineBenchmark, engine_speedups, validation_prompts
+from workers.tree_speedup import tree_benchmark
 from workers.tokenizer import pad_id
 
 
@@ -29,7 +32,43 @@ def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress
     check = verdict(measured, selected, hardware_id(param.device, param.dtype), config.validation.tolerance)
     if config.validation.compare_hf:
         check = check.model_copy(update={"hf_runs": _hf_runs(target, tokenizer, family, drafter, config)})
+    if selected.tree is not None:
+        trees = _tree_check(target, tokenizer, family.proposer(drafter), selected.tree, config)
+        problems = _tree_problems(trees, config.validation.tolerance)
+        check = check.model_copy(update={"tree": trees, "problems": check.problems + problems,
+                                         "passed": check.passed and not problems})
     return Validated(speedup_check=check)
+
+
+def _tree_check(target, tokenizer, proposer, choice: TreeChoice, config: MeasureSpeedupConfig) -> TreeCheck:
+    """The chosen tree and the best trees one and two sizes either side of it, timed with the chain."""
+    n = len(choice.tree)
+    sizes = [n] + [m for m in (n - 2, n - 1, n + 1, n + 2) if 1 <= m < len(choice.candidates)
+                   and choice.candidates[m].tree != choice.candidates[n].tree]
+    picked = [choice.candidates[m] for m in sizes]
+    timed = tree_benchmark(target=target, proposer=proposer, tokenizer=tokenizer, evaluation=config.evaluation,
+                           validation=config.validation, seed=config.seed, trees=[c.tree for c in picked],
+                           chain_depth=choice.chain_depth)
+    plain, chain, *tps = timed["tokens_per_s"]
+    return TreeCheck(trees=tuple(c.tree for c in picked), tokens_per_s=tuple(tps),
+                     engine_accept_len=tuple(timed["accept_len"][2:]),
+                     predicted_tokens_per_pass=tuple(c.tokens_per_pass for c in picked),
+                     predicted_speedup=tuple(c.speedups[0] for c in picked),
+                     measured_speedup=tuple(t / plain for t in tps), plain_tokens_per_s=plain,
+                     chain_depth=choice.chain_depth, chain_tokens_per_s=chain,
+                     chain_predicted_speedup=choice.chain_speedup, greedy_mismatches=timed["greedy_mismatches"])
+
+
+def _tree_problems(check: TreeCheck, tolerance: float) -> tuple[str, ...]:
+    problems = []
+    best = max(max(check.tokens_per_s), check.chain_tokens_per_s)
+    if check.tokens_per_s[0] < (1.0 - tolerance) * best:
+        problems.append(f"the chosen tree reaches {check.tokens_per_s[0] / best:.1%} of the best measured shape "
+                        f"(the trees around it and the chain at depth {check.chain_depth})")
+    if check.greedy_mismatches:
+        problems.append(f"{check.greedy_mismatches} prompt(s) decoded differently with a tree or the chain than with "
+                        "plain greedy decoding")
+    return tuple(problems)
 
 
 def _hf_runs(target, tokenizer, family, drafter, config: MeasureSpeedupConfig) -> tuple[HFRun, ...]:
