@@ -76,7 +76,7 @@ def tuned_config(target: str, drafter: str, selected, *, experiment_id: int, spe
         "pass_cost": list(selected.pass_cost) if selected.pass_cost is not None else None,
         "draft_sampling": selected.draft_sampling,
         **({} if selected.tree is None else {
-            "tree": [list(n) for n in selected.tree.tree], "tree_tokens_per_pass": selected.tree.tokens_per_pass,
+            "tree": [list(n) for n in selected.tree.tree], "tree_decode_accept_len": selected.tree.decode_accept_len,
             "tree_speedup": selected.tree.speedup, "tree_chain_speedup": selected.tree.chain_speedup}),
     }
 
@@ -90,7 +90,7 @@ def tree_check_rows(target: str, drafter: str, check) -> list[dict]:
              "hardware": check.hardware, "depth": max(len(n) for n in tree), "position": i,
              "tree_json": json.dumps([list(n) for n in tree]), "tokens_per_s": trees.tokens_per_s[i],
              "engine_accept_len": trees.engine_accept_len[i],
-             "predicted_tokens_per_pass": trees.predicted_tokens_per_pass[i],
+             "decode_accept_len": trees.decode_accept_len[i],
              "predicted_speedup": trees.predicted_speedup[i], "measured_speedup": trees.measured_speedup[i],
              "chain_depth": trees.chain_depth, "chain_tokens_per_s": trees.chain_tokens_per_s}
             for i, tree in enumerate(trees.trees)]

@@ -251,7 +251,7 @@ class TreeCheckPoint(MeasuredAt, Base):
     tree_json: Mapped[str] = mapped_column(Text)
     tokens_per_s: Mapped[float] = mapped_column(Float)
     engine_accept_len: Mapped[float] = mapped_column(Float)
-    predicted_tokens_per_pass: Mapped[float] = mapped_column(Float)
+    decode_accept_len: Mapped[float] = mapped_column(Float)
     predicted_speedup: Mapped[float] = mapped_column(Float)
     measured_speedup: Mapped[float] = mapped_column(Float)
     chain_depth: Mapped[int] = mapped_column(Integer)
@@ -347,6 +347,6 @@ class TunedConfig(Base):
     # decoder's tokens per target pass with it, its predicted speedup, and the predicted speedup of the
     # chain at `depth` under the same tree cost model; None: no tree was chosen
     tree_json: Mapped[str | None] = mapped_column(Text)
-    tree_tokens_per_pass: Mapped[float | None] = mapped_column(Float)
+    tree_decode_accept_len: Mapped[float | None] = mapped_column(Float)
     tree_speedup: Mapped[float | None] = mapped_column(Float)
     tree_chain_speedup: Mapped[float | None] = mapped_column(Float)

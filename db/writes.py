@@ -174,7 +174,7 @@ def replace_rank_accepts(session: Session, job: Job, rows: Sequence[dict]) -> No
 
 
 _TREE_CHECK_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN, "hardware": NAME_LEN}
-_TREE_CHECK_NUMBERS = ("temperature", "tokens_per_s", "engine_accept_len", "predicted_tokens_per_pass",
+_TREE_CHECK_NUMBERS = ("temperature", "tokens_per_s", "engine_accept_len", "decode_accept_len",
                        "predicted_speedup", "measured_speedup", "chain_tokens_per_s")
 
 
@@ -342,7 +342,7 @@ def checked_tuned(tuned: dict, where: str) -> dict:
     tree = values.pop("tree", None)
     if tree is not None:
         values["tree_json"] = json.dumps(_checked_tree(tree, where))
-    for key in ("tree_tokens_per_pass", "tree_speedup", "tree_chain_speedup"):
+    for key in ("tree_decode_accept_len", "tree_speedup", "tree_chain_speedup"):
         if values.get(key) is not None:
             values[key] = _checked_number(values[key], key, where)
     return values

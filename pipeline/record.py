@@ -159,7 +159,7 @@ def record_selected(job: Job, result: Selected, rec: Recording) -> None:
         tracker.log_artifact(run_id, plot_speedup(choice, Path(tmp) / "speedup.png", _pair(job)))
         if result.tree is not None:
             tree = result.tree
-            tracker.log_metrics(run_id, {"tree_tokens": len(tree.tree), "tree_tokens_per_pass": tree.tokens_per_pass,
+            tracker.log_metrics(run_id, {"tree_tokens": len(tree.tree), "tree_decode_accept_len": tree.decode_accept_len,
                                          "tree_speedup": tree.speedup, "tree_over_chain": tree.over_chain})
             path = Path(tmp) / "tree.json"
             path.write_text(json.dumps({"tree": tree.tree, "batch_budgets": tree.batch_budgets,

@@ -73,8 +73,8 @@ def plot_trees(choice, path: str | Path, title: str, measured: dict[int, float] 
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6))
     sizes = [len(c.tree) for c in choice.candidates]
-    ax1.plot(sizes, [c.tokens_per_pass for c in choice.candidates], "o-", label="best tree (predicted)")
-    ax1.axhline(choice.chain_tokens_per_pass, color="grey", ls=":", label=f"chain k = {choice.chain_depth}")
+    ax1.plot(sizes, [c.decode_accept_len for c in choice.candidates], "o-", label="best tree (predicted)")
+    ax1.axhline(choice.chain_decode_accept_len, color="grey", ls=":", label=f"chain k = {choice.chain_depth}")
     if measured:
         ax1.plot(list(measured), list(measured.values()), "s", color="C3", label="engine (measured)")
     ax1.set(xlabel="draft tokens in the tree", ylabel="tokens per target pass", title="tokens per pass")

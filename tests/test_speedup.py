@@ -30,7 +30,7 @@ def test_depth_zero_is_plain_decoding_and_is_timed(tiny_target):
         generate(target, None, prompt, max_new=4, depth=-1, temperature=0.0)
 
 
-def test_identical_draft_model_emits_k_plus_one_tokens_per_pass(tiny_target):
+def test_identical_draft_model_emits_k_plus_one_decode_accept_len(tiny_target):
     """The target drafting for itself accepts every draft: the engine's accept_len is exactly k + 1."""
     target, tokenizer, _ = tiny_target
     result = engine_speedups(target=target, proposer=ModelProposer(target), tokenizer=tokenizer, evaluation=EVAL,

@@ -32,7 +32,7 @@ TABLES = {"experiments", "jobs", "experiment_jobs", "curves", "diagnostics", "sp
           "tuned_configs", "category_depths", "rank_accepts", "tree_checks"}
 VERSION_KEYS = {"version", "active", "source", "schedule", "curve_job_hash", "cost_job_hash",
                 "drafter_job_hash", "notes", "job_hash", "decode_accept_len", "cost_model", "pass_cost", "draft_sampling",
-                "tree", "tree_tokens_per_pass", "tree_speedup", "tree_chain_speedup"}
+                "tree", "tree_decode_accept_len", "tree_speedup", "tree_chain_speedup"}
 BEST_KEYS = set(TUNED_KEYS) - {"experiment_id"} | {"created_at"} | VERSION_KEYS
 
 
@@ -366,7 +366,7 @@ def test_trees_are_stored_beside_curves_and_tuned_configs(store: Store) -> None:
             store.mark_done("curve-bad", result={}, rank_accepts=[{**accepts[0], **bad}])
         assert _status(store, "curve-bad")["status"] == "running"  # nothing half-written
     experiment_id = _experiment(store)
-    _select_job(store, experiment_id, "select-t", drafter="treed", tree=[[0], [1], [0, 0]], tree_tokens_per_pass=2.1,
+    _select_job(store, experiment_id, "select-t", drafter="treed", tree=[[0], [1], [0, 0]], tree_decode_accept_len=2.1,
                 tree_speedup=1.9, tree_chain_speedup=1.7)
     (best,) = store.best(drafter="treed")
     assert (best["tree"], best["tree_speedup"], best["tree_chain_speedup"]) == ([[0], [1], [0, 0]], 1.9, 1.7)
@@ -377,7 +377,7 @@ def test_trees_are_stored_beside_curves_and_tuned_configs(store: Store) -> None:
     assert store.with_tree_checks(store.best(drafter="treed"))[0]["tree_measured_over_chain"] is None
     check = {"target": "tiny-llama", "drafter": "treed", "condition": "greedy", "temperature": 0.0,
              "hardware": "cpu x1 float32", "depth": 2, "position": 0, "tree_json": "[[0], [1], [0, 0]]",
-             "tokens_per_s": 60.0, "engine_accept_len": 2.0, "predicted_tokens_per_pass": 2.1,
+             "tokens_per_s": 60.0, "engine_accept_len": 2.0, "decode_accept_len": 2.1,
              "predicted_speedup": 1.9, "measured_speedup": 1.5, "chain_depth": 2, "chain_tokens_per_s": 50.0}
     _link(store, experiment_id, "speedup-t", kind="measure_speedup")
     store.mark_running("speedup-t", mlflow_run_id="run-speedup-t")

@@ -32,7 +32,7 @@ def test_cheap_verification_buys_a_wide_tree_and_dear_verification_a_small_one()
     dear = choose_tree(paths, _cost(0.5), max_depth=5, topk=4, chain_depth=3)
     assert len(cheap.tree) > len(dear.tree)
     assert cheap.over_chain > 1.0  # free verification: a wider tree than the chain of 3 pays
-    assert cheap.tokens_per_pass > cheap.chain_tokens_per_pass
+    assert cheap.decode_accept_len > cheap.chain_decode_accept_len
     # the predicted speedup is the candidate's, at batch size 1
     assert cheap.speedup == cheap.candidates[len(cheap.tree)].speedups[0]
 
@@ -43,10 +43,10 @@ def test_the_chain_is_costed_and_counted_as_the_top1_tree():
     choice = choose_tree(paths, cost, max_depth=5, topk=4, chain_depth=2)
     chain = chain_tree(2)
     rows = walks(paths, chain)
-    assert choice.chain_tokens_per_pass == pytest.approx(sum(t for t, _ in rows) / sum(p for _, p in rows))
+    assert choice.chain_decode_accept_len == pytest.approx(sum(t for t, _ in rows) / sum(p for _, p in rows))
     verify, draft = cost.tree_verify_ms_by_batch[0], cost.tree_draft_ms_by_batch[0]
     assert round_ms(chain, draft, verify) == pytest.approx(2 * draft[0] + verify[2])  # two drafter steps, 3 tokens
-    assert choice.chain_speedup == pytest.approx(choice.chain_tokens_per_pass * verify[0] / round_ms(chain, draft, verify))
+    assert choice.chain_speedup == pytest.approx(choice.chain_decode_accept_len * verify[0] / round_ms(chain, draft, verify))
     # a decoder's walk over the leading top-1 ranks, as the chain curve's decode_accept_len walks accepted drafts
     lead = [[next((i for i, r in enumerate(p) if r), len(p)) for p in prompt] for prompt in paths]
     assert rows == [decode_walk(a, 2) for a in lead]

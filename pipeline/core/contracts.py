@@ -201,7 +201,7 @@ class TreeCandidate(Contract):
     """The best tree of one budget of draft tokens (pipeline/core/trees.py)."""
 
     tree: tuple[tuple[int, ...], ...]
-    tokens_per_pass: float  # a decoder's tokens per target pass drafting it, on the measured prompts
+    decode_accept_len: float  # a decoder's tokens per target pass drafting it, on the measured prompts
     speedups: tuple[float, ...]  # predicted, per profiled batch size
 
 
@@ -210,11 +210,11 @@ class TreeChoice(Contract):
     the best tree of at most n nodes; the choice is made per batch size as the depth is."""
 
     tree: tuple[tuple[int, ...], ...]  # at batch size 1
-    tokens_per_pass: float
+    decode_accept_len: float
     speedup: float  # predicted over plain decoding, batch size 1
     best_point: int  # the budget with the highest point estimate (the tree may be smaller: noise)
     chain_depth: int  # the chain it is compared with: the chosen depth, costed as the top-1 tree
-    chain_tokens_per_pass: float
+    chain_decode_accept_len: float
     chain_speedup: float
     candidates: tuple[TreeCandidate, ...]
     batch_budgets: dict[int, int]  # batch size profiled -> the budget chosen there (its tree: candidates[n])
@@ -259,7 +259,7 @@ class TreeCheck(Contract):
     trees: tuple[tuple[tuple[int, ...], ...], ...]  # [0]: the chosen tree, then its neighbours by size
     tokens_per_s: tuple[float, ...]  # aligned with trees
     engine_accept_len: tuple[float, ...]  # tokens per target pass the engine emitted
-    predicted_tokens_per_pass: tuple[float, ...]
+    decode_accept_len: tuple[float, ...]
     predicted_speedup: tuple[float, ...]  # over plain decoding, batch size 1
     measured_speedup: tuple[float, ...]  # over plain decoding timed in the same loop
     plain_tokens_per_s: float

@@ -90,9 +90,9 @@ def choose_tree(rank_paths: RankPaths, cost: CostProfile, *, max_depth: int, top
         chain_speedups.append(chain_tokens * verify[0] / round_ms(chain, draft, verify))
     n, best = chosen
     return TreeChoice(
-        tree=trees[n], tokens_per_pass=tokens[n], speedup=candidates_speedups[0][n], best_point=best,
-        chain_depth=len(chain), chain_tokens_per_pass=chain_tokens, chain_speedup=chain_speedups[0],
-        candidates=tuple(TreeCandidate(tree=t, tokens_per_pass=tokens[k],
+        tree=trees[n], decode_accept_len=tokens[n], speedup=candidates_speedups[0][n], best_point=best,
+        chain_depth=len(chain), chain_decode_accept_len=chain_tokens, chain_speedup=chain_speedups[0],
+        candidates=tuple(TreeCandidate(tree=t, decode_accept_len=tokens[k],
                                        speedups=tuple(s[k] for s in candidates_speedups))
                          for k, t in enumerate(trees)),
         batch_budgets=by_batch, chain_speedups=tuple(chain_speedups))

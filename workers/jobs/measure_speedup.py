@@ -52,7 +52,7 @@ def _tree_check(target, tokenizer, proposer, choice: TreeChoice, config: Measure
     plain, chain, *tps = timed["tokens_per_s"]
     return TreeCheck(trees=tuple(c.tree for c in picked), tokens_per_s=tuple(tps),
                      engine_accept_len=tuple(timed["accept_len"][2:]),
-                     predicted_tokens_per_pass=tuple(c.tokens_per_pass for c in picked),
+                     decode_accept_len=tuple(c.decode_accept_len for c in picked),
                      predicted_speedup=tuple(c.speedups[0] for c in picked),
                      measured_speedup=tuple(t / plain for t in tps), plain_tokens_per_s=plain,
                      chain_depth=choice.chain_depth, chain_tokens_per_s=chain,

@@ -8,7 +8,7 @@ Create Date: 2026-12-02
   chain starts whose target token was the drafter's rank-r proposal at that step.
 - tree_checks: one row per tree a speedup check ran (position 0: the chosen one), with the chain
   timed beside it.
-- tuned_configs.tree_json, tree_tokens_per_pass, tree_speedup, tree_chain_speedup: the tree
+- tuned_configs.tree_json, tree_decode_accept_len, tree_speedup, tree_chain_speedup: the tree
   chosen at batch size 1 and what it predicts; None on rows written before this revision.
 Written out in full rather than importing db.tables (see 0001); constraint names follow
 db.tables.NAMING_CONVENTION.
@@ -25,7 +25,7 @@ depends_on = None
 
 NAME_LEN = 255
 TAG_LEN = 64
-TREE_COLUMNS = ("tree_tokens_per_pass", "tree_speedup", "tree_chain_speedup")
+TREE_COLUMNS = ("tree_decode_accept_len", "tree_speedup", "tree_chain_speedup")
 
 
 def _measured_at() -> list[sa.Column]:
@@ -59,7 +59,7 @@ def upgrade() -> None:
         sa.Column("position", sa.Integer(), nullable=False),
         sa.Column("tree_json", sa.Text(), nullable=False),
         *(sa.Column(name, sa.Float(), nullable=False) for name in (
-            "tokens_per_s", "engine_accept_len", "predicted_tokens_per_pass", "predicted_speedup", "measured_speedup")),
+            "tokens_per_s", "engine_accept_len", "decode_accept_len", "predicted_speedup", "measured_speedup")),
         sa.Column("chain_depth", sa.Integer(), nullable=False),
         sa.Column("chain_tokens_per_s", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_tree_checks")),
