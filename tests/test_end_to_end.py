@@ -100,6 +100,13 @@ def test_the_database_holds_every_job_curve_choice_and_benchmark(first_run):
         assert [b["depth"] for b in bench] == [0, 1, 2, 3] and bench[0]["measured_speedup"] == 1.0
         assert bench[row["depth"]]["predicted_speedup"] == pytest.approx(row["speedup"])
         assert all(b["tokens_per_s"] > 0 and 1.0 <= b["engine_accept_len"] <= b["depth"] + 1 for b in bench)
+        # trees: acceptance by rank and depth beside the curve, the tree chosen from it with the chain beside it
+        ranks = store.rank_accept_rows(target="t0", drafter=row["drafter"])
+        assert ranks and {r["depth"] for r in ranks} <= {1, 2, 3} and {r["rank"] for r in ranks} <= set(range(4))
+        assert sum(r["accept"] for r in ranks if r["depth"] == 1) <= 1.0 + 1e-9
+        assert isinstance(row["tree"], list) and row["tree_speedup"] > 0 and row["tree_chain_speedup"] > 0
+        checks = store.tree_check_rows(target="t0", drafter=row["drafter"])
+        assert (checks[0]["tree"] == row["tree"]) if row["tree"] else checks == []
     store.close()
 
 
@@ -134,6 +141,7 @@ def test_mlflow_holds_a_run_per_job_with_curves_checkpoints_and_plots(first_run)
             assert "checkpoint/model.safetensors" in inner
         if kind == "select_depth":
             assert len(client.get_metric_history(r.info.run_id, "speedup")) == 4 and "speedup.png" in paths
+            assert {"tree.json", "trees.png"} <= paths
         if kind == "measure_speedup":
             steps = sorted(m.step for m in client.get_metric_history(r.info.run_id, "measured_speedup"))
             assert steps == [0, 1, 2, 3] and "speedup_check.png" in paths

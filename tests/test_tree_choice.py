@@ -7,7 +7,7 @@ import pytest
 
 from pipeline.core.acceptance import decode_walk
 from pipeline.core.tree_choice import choose_tree, round_ms, walks
-from pipeline.core.trees import chain_tree, rank_path
+from pipeline.core.trees import chain_tree, rank_path, shape
 from pipeline.core.types import CostProfile
 
 
@@ -70,3 +70,23 @@ def test_trees_never_grow_with_the_batch_size():
 def test_a_tree_larger_than_the_timed_passes_is_refused():
     with pytest.raises(ValueError, match="timed up to"):
         round_ms(chain_tree(5), [0.1] * 5, [1.0] * 3)
+
+
+def test_at_batch_size_one_the_timed_tree_engine_iteration_counts_its_bookkeeping():
+    """A top-1 tree of depth D costs the tree engine's timed iteration at D; a wider one that, with the
+    chain's drafter passes and target pass swapped for its own."""
+    import dataclasses
+
+    paths = _rank_paths(5)
+    cost = dataclasses.replace(_cost(0.1), tree_pass_ms=(1.0, 1.6, 2.0, 2.5, 2.9, 3.4))
+    choice = choose_tree(paths, cost, max_depth=5, topk=4, chain_depth=2)
+    rows = walks(paths, chain_tree(2))
+    assert choice.chain_speedup == pytest.approx(sum(t for t, _ in rows) / sum(p for _, p in rows) * 1.0 / 2.0)
+    verify, draft = cost.tree_verify_ms_by_batch[0], cost.tree_draft_ms_by_batch[0]
+    for k, candidate in enumerate(choice.candidates):
+        d = shape(candidate.tree).depth
+        ms = cost.tree_pass_ms[d] + round_ms(candidate.tree, draft, verify) - round_ms(chain_tree(d), draft, verify)
+        assert candidate.speedups[0] == pytest.approx(candidate.decode_accept_len / ms)
+    # without the engine's bookkeeping the same trees look cheaper: the overhead lowers every prediction
+    bare = choose_tree(paths, _cost(0.1), max_depth=5, topk=4, chain_depth=2)
+    assert all(a.speedups[0] < b.speedups[0] for a, b in zip(choice.candidates[1:], bare.candidates[1:]))

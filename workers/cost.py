@@ -59,11 +59,13 @@ def profile_cost(*, target, drafter, family, context_len: int, max_depth: int, w
     one = list(batch_sizes).index(1)
     passes = engine_pass_ms(target, family.proposer(drafter), context_len, max_depth, warmup, repeats, seed,
                             device)
+    tree_passes = engine_pass_ms(target, family.proposer(drafter), context_len, min(max_depth, tree_budget), warmup,
+                                 repeats, seed, device, trees=True) if tree_budget else []
     return CostProfile(
         hardware=hardware_id(device, dtype), draft_ms=draft_by_b[one], decode_ms=verify_by_b[one][0],
         verify_ms=verify_by_b[one][-1], batch_sizes=tuple(batch_sizes), draft_ms_by_batch=tuple(draft_by_b),
         verify_ms_by_batch=tuple(verify_by_b), pass_ms=tuple(passes), tree_verify_ms_by_batch=tuple(tree_verify),
-        tree_draft_ms_by_batch=tuple(tree_draft),
+        tree_draft_ms_by_batch=tuple(tree_draft), tree_pass_ms=tuple(tree_passes),
     )
 
 
@@ -71,15 +73,25 @@ PASSES_PER_CALL = 4
 
 
 def engine_pass_ms(target, proposer, context_len: int, max_depth: int, warmup: int, repeats: int, seed: int,
-                   device) -> list[float]:
-    """Milliseconds of one iteration of the real engine at batch size 1, for k = 0..max_depth.
+                   device, trees: bool = False) -> list[float]:
+    """Milliseconds of one iteration of the real engine at batch size 1, for k = 0..max_depth; with
+    `trees`, of the tree engine drafting the chain of k as a tree (workers/tree_engine.py).
 
     Each call decodes a few tokens greedily after a random context of context_len tokens; its
     decoding time over its target passes is one sample (the prefill is not timed), and the
     median over repeats, depths interleaved, is the figure. An iteration costs about the same
     whatever is accepted, so random text times it as well as real text does, overheads included.
     """
+    from pipeline.core.trees import chain_tree
     from workers.engine import generate
+    from workers.tree_engine import generate_tree
+
+    def run(k: int, timing: dict):
+        if trees:
+            generate_tree(target, proposer, ctx, max_new=PASSES_PER_CALL + 1, tree=chain_tree(k), temperature=0.0,
+                          timing=timing)
+        else:
+            generate(target, proposer, ctx, max_new=PASSES_PER_CALL + 1, depth=k, temperature=0.0, timing=timing)
 
     vocab = target.get_output_embeddings().weight.shape[0]
     ctx = torch.randint(3, vocab, (1, context_len), generator=torch.Generator().manual_seed(seed)).to(device)
@@ -87,7 +99,7 @@ def engine_pass_ms(target, proposer, context_len: int, max_depth: int, warmup: i
     for r in range(warmup + repeats):
         for k in range(max_depth + 1):
             timing: dict = {}
-            generate(target, proposer, ctx, max_new=PASSES_PER_CALL + 1, depth=k, temperature=0.0, timing=timing)
+            run(k, timing)
             if r >= warmup:
                 samples[k].append(timing["decode_s"] * 1000.0 / timing["passes"])
     return [statistics.median(s) for s in samples]

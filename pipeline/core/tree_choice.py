@@ -7,6 +7,9 @@ starts, with the drafts each start keeps under the tree. A round costs one draft
 level, over the nodes whose children it drafts, and one target pass over the root and every node
 under a tree mask, all as timed by cost profiling at that batch size:
 speedup(B, tree) = tokens(tree) * t_decode(B) / (sum_levels t_draft(B, width) + t_verify_tree(B, n + 1)).
+At batch size 1, where the tree engine's whole iteration was timed drafting the chain of every
+depth D as a tree (`tree_pass_ms`), a tree of depth D costs that iteration with the chain's
+drafter passes and target pass swapped for its own, so the engine's bookkeeping is counted too.
 The chain at the chosen depth is the top-1 tree, costed the same way: the tree's gain over it is
 the ratio of the two.
 """
@@ -78,8 +81,16 @@ def choose_tree(rank_paths: RankPaths, cost: CostProfile, *, max_depth: int, top
     cap = None
     for i, b in enumerate(cost.batch_sizes):
         draft, verify = cost.tree_draft_ms_by_batch[i], cost.tree_verify_ms_by_batch[i]
-        ms = [round_ms(t, draft, verify) for t in trees]
-        speedups = [a * verify[0] / m for a, m in zip(tokens, ms)]
+        timed = cost.tree_pass_ms if b == 1 else ()
+
+        def ms_of(t: Tree) -> float:
+            own = round_ms(t, draft, verify)
+            depth = shape(t).depth
+            return own if not timed else timed[depth] + own - round_ms(chain_tree(depth), draft, verify)
+
+        ms = [ms_of(t) for t in trees]
+        base = timed[0] if timed else verify[0]
+        speedups = [a * base / m for a, m in zip(tokens, ms)]
         n, best = _pick(speedups, per_prompt, ms, n_boot, level, seed)
         if cap is not None:  # a tree never grows with the batch: verifying more tokens only gets dearer
             n = min(n, cap)
@@ -87,7 +98,7 @@ def choose_tree(rank_paths: RankPaths, cost: CostProfile, *, max_depth: int, top
         if chosen is None:
             chosen = (n, best)
         candidates_speedups.append(speedups)
-        chain_speedups.append(chain_tokens * verify[0] / round_ms(chain, draft, verify))
+        chain_speedups.append(chain_tokens * base / ms_of(chain))
     n, best = chosen
     return TreeChoice(
         tree=trees[n], decode_accept_len=tokens[n], speedup=candidates_speedups[0][n], best_point=best,

@@ -67,6 +67,9 @@ class CostProfile:
     # attention mask (index m - 1), and one drafter pass over w = 1..tree_budget tree nodes (index w - 1)
     tree_verify_ms_by_batch: tuple[tuple[float, ...], ...] = ()
     tree_draft_ms_by_batch: tuple[tuple[float, ...], ...] = ()
+    # one iteration of the tree engine at batch size 1 drafting the chain of depth D as a tree, per
+    # D = 0..min(max_depth, tree_budget): what a tree of that depth costs besides its width
+    tree_pass_ms: tuple[float, ...] = ()
 
     @property
     def cost_ratio(self) -> float:

@@ -32,7 +32,7 @@ def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress
     check = verdict(measured, selected, hardware_id(param.device, param.dtype), config.validation.tolerance)
     if config.validation.compare_hf:
         check = check.model_copy(update={"hf_runs": _hf_runs(target, tokenizer, family, drafter, config)})
-    if selected.tree is not None:
+    if selected.tree is not None and selected.tree.tree:  # an empty tree (no drafting pays) has nothing to run
         trees = _tree_check(target, tokenizer, family.proposer(drafter), selected.tree, config)
         problems = _tree_problems(trees, config.validation.tolerance)
         check = check.model_copy(update={"tree": trees, "problems": check.problems + problems,
