@@ -21,7 +21,8 @@ from rich.text import Text
 from db.secrets import mask_secrets
 from pipeline.errors import SpecError, UserError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Tune speculative-decoding depth across a fleet.")
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Tune speculative-decoding depth and draft trees across a fleet.")
 out = Console(width=None if sys.stdout.isatty() else 120)  # no wrapping of tables in logs and pipes
 err = Console(stderr=True)
 
@@ -226,7 +227,7 @@ def best(
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
 ):
-    """The chosen depth per pairing (the active tuned config), from the database."""
+    """The chosen depth and draft tree per pairing (the active tuned config), from the database."""
     store = _store(workdir, db)
     try:
         rows = store.with_tree_checks(store.best(target=target, drafter=drafter, history=history))

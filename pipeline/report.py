@@ -88,20 +88,32 @@ def plot_trees(choice, path: str | Path, title: str, measured: dict[int, float] 
 
 
 def plot_tree_check(check, path: str | Path, title: str) -> Path:
-    """Predicted against measured speedup of each tree the engine ran, by tree size, with the chain's."""
+    """By tree size: the tokens per pass expected from the measured rank paths and those the engine
+    emitted, and the predicted against the measured speedup, with the chain's measured one."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.8))
     order = sorted(range(len(check.trees)), key=lambda i: len(check.trees[i]))
     sizes = [len(check.trees[i]) for i in order]
-    ax.plot(sizes, [check.predicted_speedup[i] for i in order], "o--", label="predicted")
-    ax.plot(sizes, [check.measured_speedup[i] for i in order], "s-", label="measured (engine)")
-    chain = check.chain_tokens_per_s / (check.tokens_per_s[0] / check.measured_speedup[0])
-    ax.axhline(chain, color="grey", ls=":", label=f"chain k = {check.chain_depth} (measured)")
-    ax.axvline(len(check.trees[0]), color="C3", ls=":", label="chosen tree")
-    ax.set(xlabel="draft tokens in the tree", ylabel="speedup over plain decoding",
-           title=f"{title}\nchosen tree vs chain: {check.over_chain:.3f}x measured")
-    ax.legend(fontsize=8)
-    return save_figure(fig, path, "")
+    chosen = len(check.trees[0])
+    ax1.plot(sizes, [check.decode_accept_len[i] for i in order], "o--", label="expected (rank paths)")
+    ax1.plot(sizes, [check.engine_accept_len[i] for i in order], "s-", label="measured (engine)")
+    ax1.axvline(chosen, color="C3", ls=":", label="chosen tree")
+    ax1.set(xlabel="draft tokens in the tree", ylabel="tokens per target pass", title="tokens per pass")
+    ax1.legend(fontsize=8)
+    ax2.plot(sizes, [check.predicted_speedup[i] for i in order], "o--", label="predicted")
+    ax2.plot(sizes, [check.measured_speedup[i] for i in order], "s-", label="measured (engine)")
+    ax2.axhline(check.chain_tokens_per_s / check.plain_tokens_per_s, color="grey", ls=":",
+                label=f"chain k = {check.chain_depth} (measured)")
+    ax2.axhline(1.0, color="grey", lw=0.8)
+    ax2.axvline(chosen, color="C3", ls=":")
+    ax2.set(xlabel="draft tokens in the tree", ylabel="speedup over plain decoding",
+            title=f"chosen tree vs chain: {check.over_chain:.3f}x measured")
+    ax2.legend(fontsize=8)
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return save_figure(fig, path, title)
 
 
 def plot_drift(rows, path: str | Path, title: str) -> Path:

@@ -180,6 +180,7 @@ class Measured(Contract):
     # aligned with curves: per prompt, each chain start's rank path (pipeline/core/trees.py); () when
     # the evaluation kept no ranks (tree_topk 0)
     rank_paths: tuple[tuple[tuple[tuple[int, ...], ...], ...], ...] = ()
+    rank_topk: int = 0  # the drafter's top-k the rank paths were kept within (evaluation.tree_topk)
     # aligned with each curve's per_prompt and walks rows: each prompt's category (from a prompts
     # file that has them), () otherwise; per-category curves are pooled from those rows
     categories: tuple[str, ...] = ()

@@ -36,8 +36,8 @@ def run(config: SelectDepthConfig, inputs: dict, *, num_gpus: float, progress) -
     tree = None
     ranks = measured.rank_paths[0] if measured.rank_paths else ()
     if ranks and cost.tree_verify_ms_by_batch:
-        topk = 1 + max((r for prompt in ranks for path in prompt for r in path), default=0)
-        tree = choose_tree(ranks, cost, max_depth=curve.max_depth, topk=topk, chain_depth=choice.depth, seed=config.seed)
+        tree = choose_tree(ranks, cost, max_depth=curve.max_depth, topk=measured.rank_topk, chain_depth=choice.depth,
+                           seed=config.seed)
     return Selected(choice=choice, hardware=cost.hardware, condition=curve.condition,
                     temperature=curve.temperature, pass_cost=pass_cost, batch_depths=batch_depths,
                     schedule=schedule, draft_sampling=config.draft_sampling, by_category=by_category, tree=tree)

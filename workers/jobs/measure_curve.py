@@ -18,6 +18,7 @@ def run(config: MeasureCurveConfig, inputs: dict, *, num_gpus: float, progress) 
         per_prompt=tuple(prompts for _, _, prompts, *_ in results),
         walks=tuple(walks for _, _, _, walks, _ in results),
         rank_paths=tuple(paths for *_, paths in results),
+        rank_topk=config.evaluation.tree_topk,
         diagnostics=tuple(
             DiagnosticValue(condition=curve.condition, temperature=curve.temperature, depth=depth, name=name,
                             value=value)
