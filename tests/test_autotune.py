@@ -351,3 +351,18 @@ def test_vllm_draws_drafts_as_the_stored_curve_did():
     assert sampling_of(decoding_greedily) is None
     old = render("vllm", schedule_of(row), model="/d", method="eagle3", version="0.20.0", draft_sampling="sampled")
     assert "draft_sample_method" not in old.text and "the curve assumed drafts drawn from the drafter's q" in old.notes[0]
+
+
+def test_autotune_writes_the_tree_only_where_it_is_predicted_to_beat_the_chain(tmp_path):
+    from pipeline import autotune as tune
+
+    row = {"depth": 2, "tree": [[0], [1], [0, 0]], "tree_speedup": 1.3, "tree_chain_speedup": 1.2}
+    assert tune.tree_of(row) == [(0,), (1,), (0, 0)]
+    assert tune.tree_of({**row, "tree_speedup": 1.1}) is None and tune.tree_of({**row, "tree": []}) is None
+    assert tune.tree_of({"depth": 2}) is None  # versions from before trees, and production versions
+    out = tune.render("sglang", tune.schedule_of(row), model="/m", method="eagle3", config_dir=tmp_path,
+                      tree=tune.tree_of(row))
+    assert "--speculative-eagle-topk 2 --speculative-num-draft-tokens 4" in out.text
+    chain = tune.render("sglang", tune.schedule_of(row), model="/m", method="eagle3", config_dir=tmp_path,
+                        tree=tune.tree_of({**row, "tree_speedup": 1.1}))
+    assert "--speculative-eagle-topk 1 --speculative-num-draft-tokens 3" in chain.text
