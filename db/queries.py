@@ -40,12 +40,12 @@ TUNED_KEYS = (
 # Keys a tuned config may carry besides TUNED_KEYS (each may be None).
 TUNED_OPTIONAL_KEYS = ("schedule", "curve_job_hash", "cost_job_hash", "drafter_job_hash", "decode_accept_len",
                        "cost_model", "pass_cost", "draft_sampling", "tree", "tree_decode_accept_len", "tree_speedup",
-                       "tree_chain_speedup")
+                       "tree_chain_speedup", "tree_all_batches")
 # One active tuned-config version per workload; "condition" is the workload's traffic.
 WORKLOAD_KEYS = ("target", "drafter", "hardware", "condition")
 _VERSION_KEYS = ("version", "active", "source", "curve_job_hash", "cost_job_hash",
                  "drafter_job_hash", "notes", "decode_accept_len", "cost_model", "draft_sampling",
-                 "tree_decode_accept_len", "tree_speedup", "tree_chain_speedup")
+                 "tree_decode_accept_len", "tree_speedup", "tree_chain_speedup", "tree_all_batches")
 BEST_KEYS = (*TUNED_KEYS[1:], "created_at", *_VERSION_KEYS, "schedule", "pass_cost", "tree", "job_hash")
 
 

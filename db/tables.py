@@ -350,3 +350,5 @@ class TunedConfig(Base):
     tree_decode_accept_len: Mapped[float | None] = mapped_column(Float)
     tree_speedup: Mapped[float | None] = mapped_column(Float)
     tree_chain_speedup: Mapped[float | None] = mapped_column(Float)
+    # whether that tree was chosen at every profiled batch size (an engine runs one tree at all of them)
+    tree_all_batches: Mapped[bool | None] = mapped_column(Boolean)

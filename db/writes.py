@@ -345,6 +345,8 @@ def checked_tuned(tuned: dict, where: str) -> dict:
     for key in ("tree_decode_accept_len", "tree_speedup", "tree_chain_speedup"):
         if values.get(key) is not None:
             values[key] = _checked_number(values[key], key, where)
+    if values.get("tree_all_batches") not in (None, True, False):
+        raise StoreError(f"{where}: tree_all_batches must be true, false or None, got {values['tree_all_batches']!r}")
     return values
 
 

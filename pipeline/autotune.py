@@ -35,7 +35,9 @@ def schedule_of(row: dict) -> list[tuple[int, int, int]]:
 def tree_of(row: dict):
     """The row's draft tree when it is predicted to beat the chain it was compared with, else None."""
     tree, speedup, chain = row.get("tree"), row.get("tree_speedup"), row.get("tree_chain_speedup")
-    return [tuple(n) for n in tree] if tree and speedup is not None and chain and speedup > chain else None
+    if not tree or speedup is None or not chain or speedup <= chain or not row.get("tree_all_batches"):
+        return None  # no tree, one the chain beats, or one chosen at batch size 1 only (larger batches chose smaller)
+    return [tuple(n) for n in tree]
 
 
 METHODS = ("eagle3", "draft_model")  # what specfleet's drafters are served as (vLLM's method names)
@@ -195,7 +197,7 @@ def render(engine: str, schedule: list[tuple[int, int, int]], *, model: str, met
     the chain where that release runs it. Files it names (SGLang's adaptive steps) are written to
     `config_dir`, whole or not at all."""
     check_schedule(schedule)
-    if max(k for _, _, k in schedule) == 0:
+    if max(k for _, _, k in schedule) == 0 and not tree:
         raise UserError("--engine: speculation does not pay for this pairing on this hardware (depth 0 "
                         "at every batch size); serve without a drafter")
     if engine not in engines.ENGINES:

@@ -419,9 +419,9 @@ def _print_config(emitted) -> None:
 def _speculates(row: dict) -> bool:
     """False, with a note, when the tuned depth is 0 at every batch size: then there is nothing to
     configure, and the engine's answer is to serve without a drafter (stdout stays empty)."""
-    from pipeline.autotune import schedule_of
+    from pipeline.autotune import schedule_of, tree_of
 
-    if max(k for _, _, k in schedule_of(row)) > 0:
+    if max(k for _, _, k in schedule_of(row)) > 0 or tree_of(row):  # a tree can pay where no chain does
         return True
     err.print(f"{row['target']}/{row['drafter']}: depth 0 at every batch size, speculation does not pay "
               f"on {row.get('hardware') or 'this hardware'}; serve without speculative settings", markup=False,

@@ -119,8 +119,8 @@ def record_measured(job: Job, result: Measured, rec: Recording) -> None:
         if primary:
             labelled = {"all prompts": curves[0], **{c.category: c for c in primary}}
             tracker.log_artifact(run_id, plot_comparison(labelled, Path(tmp) / "categories.png", pair))
-    accepts = [rank_accepts([p for prompt in paths for p in prompt], curve.max_depth, result.rank_topk)
-               for curve, paths in zip(curves, result.rank_paths) if paths]
+    accepts = [rank_accepts([p for prompt in paths for p in prompt], curve.max_depth, result.rank_topk) if paths else []
+               for curve, paths in zip(curves, result.rank_paths)]
     by_rank: dict[int, list[tuple[int, float]]] = {}
     for d, r, share in accepts[0] if accepts else ():  # the primary curve's, one series per rank
         by_rank.setdefault(r, []).append((d, share))

@@ -356,8 +356,10 @@ def test_vllm_draws_drafts_as_the_stored_curve_did():
 def test_autotune_writes_the_tree_only_where_it_is_predicted_to_beat_the_chain(tmp_path):
     from pipeline import autotune as tune
 
-    row = {"depth": 2, "tree": [[0], [1], [0, 0]], "tree_speedup": 1.3, "tree_chain_speedup": 1.2}
+    row = {"depth": 2, "tree": [[0], [1], [0, 0]], "tree_speedup": 1.3, "tree_chain_speedup": 1.2,
+           "tree_all_batches": True}
     assert tune.tree_of(row) == [(0,), (1,), (0, 0)]
+    assert tune.tree_of({**row, "tree_all_batches": False}) is None  # larger batches chose smaller trees
     assert tune.tree_of({**row, "tree_speedup": 1.1}) is None and tune.tree_of({**row, "tree": []}) is None
     assert tune.tree_of({"depth": 2}) is None  # versions from before trees, and production versions
     out = tune.render("sglang", tune.schedule_of(row), model="/m", method="eagle3", config_dir=tmp_path,

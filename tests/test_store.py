@@ -32,7 +32,8 @@ TABLES = {"experiments", "jobs", "experiment_jobs", "curves", "diagnostics", "sp
           "tuned_configs", "category_depths", "rank_accepts", "tree_checks"}
 VERSION_KEYS = {"version", "active", "source", "schedule", "curve_job_hash", "cost_job_hash",
                 "drafter_job_hash", "notes", "job_hash", "decode_accept_len", "cost_model", "pass_cost", "draft_sampling",
-                "tree", "tree_decode_accept_len", "tree_speedup", "tree_chain_speedup"}
+                "tree", "tree_decode_accept_len", "tree_speedup", "tree_chain_speedup",
+                "tree_all_batches"}
 BEST_KEYS = set(TUNED_KEYS) - {"experiment_id"} | {"created_at"} | VERSION_KEYS
 
 

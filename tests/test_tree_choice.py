@@ -90,3 +90,12 @@ def test_at_batch_size_one_the_timed_tree_engine_iteration_counts_its_bookkeepin
     # without the engine's bookkeeping the same trees look cheaper: the overhead lowers every prediction
     bare = choose_tree(paths, _cost(0.1), max_depth=5, topk=4, chain_depth=2)
     assert all(a.speedups[0] < b.speedups[0] for a, b in zip(choice.candidates[1:], bare.candidates[1:]))
+
+
+def test_trees_are_scored_on_the_prompts_they_were_not_fitted_to():
+    """Even prompts continue with the top guess twice, odd ones with the top guess then the second: a
+    2-token tree fitted to either half banks one draft on the other, so that is what it is credited."""
+    paths = [[(0, 0)] * 8 if i % 2 == 0 else [(0, 1)] * 8 for i in range(6)]
+    choice = choose_tree(paths, _cost(0.0, budget=3), max_depth=2, topk=2, chain_depth=1)
+    assert choice.candidates[2].tree == ((0,), (0, 0))  # fitted on every prompt
+    assert choice.candidates[2].decode_accept_len == pytest.approx(2.0)  # one draft a pass, not the 1.5 in-sample

@@ -163,10 +163,11 @@ def test_cost_profile_on_cpu(tiny_target, tiny_drafters):
     cost = profile_cost(target=target, drafter=drafter, family=family_of("eagle3"), context_len=32, max_depth=4,
                         warmup=1, repeats=3, seed=0, batch_sizes=(1, 4), tree_budget=3)
     assert cost.hardware.startswith("cpu") and cost.hardware.endswith("float32")
-    # trees: target passes over m = 1..4 tokens under a tree mask and drafter passes over w = 1..3 nodes, per batch size
-    assert [len(t) for t in cost.tree_verify_ms_by_batch] == [4, 4] and [len(t) for t in cost.tree_draft_ms_by_batch] == [3, 3]
+    # trees: target passes over m = 1..5 tokens under a tree mask (the chain of 4 too) and drafter passes over
+    # w = 1..3 nodes (the budget), per batch size; the tree engine at depth 0..4
+    assert [len(t) for t in cost.tree_verify_ms_by_batch] == [5, 5] and [len(t) for t in cost.tree_draft_ms_by_batch] == [3, 3]
     assert all(ms > 0 for row in cost.tree_verify_ms_by_batch + cost.tree_draft_ms_by_batch for ms in row)
-    assert len(cost.tree_pass_ms) == 4 and all(ms > 0 for ms in cost.tree_pass_ms)  # the tree engine, depth 0..3
+    assert len(cost.tree_pass_ms) == 5 and all(ms > 0 for ms in cost.tree_pass_ms)
     assert cost.draft_ms > 0 and cost.decode_ms > 0 and cost.verify_ms > 0
     assert cost.cost_ratio == cost.draft_ms / cost.decode_ms
     assert cost.batch_sizes == (1, 4) and len(cost.verify_ms_by_batch[1]) == 5  # k = 0..4

@@ -61,9 +61,11 @@ def draft_chains_with_model(model, seq: torch.Tensor, starts: list[int], depth: 
 
 
 def ranks_of(logits: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
-    """The rank of each true token among the logits (0: the drafter's top guess). logits: [N, V], truth: [N]."""
+    """The rank of each true token among the logits (0: the drafter's top guess), ties broken by the
+    lower token id first, as the engine orders siblings. logits: [N, V], truth: [N]."""
     mine = logits.gather(-1, truth[:, None])
-    return (logits > mine).sum(-1)
+    ids = torch.arange(logits.shape[-1], device=logits.device)
+    return ((logits > mine) | ((logits == mine) & (ids < truth[:, None]))).sum(-1)
 
 
 @torch.no_grad()

@@ -42,8 +42,9 @@ def profile_cost(*, target, drafter, family, context_len: int, max_depth: int, w
                  seed: int, batch_sizes: tuple[int, ...] = (1,), tree_budget: int = 0) -> CostProfile:
     """Per batch size B: one drafter step, and target passes over k+1 new tokens for k = 0..max_depth
     (k = 0 is plain decoding), each for B sequences against a cached context of context_len.
-    With a tree budget, also the target over m = 1..tree_budget + 1 new tokens under a tree
-    attention mask, and one drafter pass over w = 1..tree_budget tree nodes, per sequence.
+    With a tree budget, also the target over m = 1..max(tree_budget, max_depth) + 1 new tokens under
+    a tree attention mask (the chain of every depth is costed as a tree too), one drafter pass over
+    w = 1..tree_budget tree nodes per sequence, and at batch size 1 the tree engine's iteration.
     `family` (workers/family.py) knows how to time a step of `drafter` and how it proposes."""
     device = next(target.parameters()).device
     dtype = next(target.parameters()).dtype
@@ -54,13 +55,13 @@ def profile_cost(*, target, drafter, family, context_len: int, max_depth: int, w
         draft_by_b.append(ms.pop("draft_ms"))
         verify_by_b.append(tuple(ms[f"verify_{k}"] for k in range(max_depth + 1)))
         if tree_budget:
-            tree_verify.append(tuple(ms[f"tree_verify_{m}"] for m in range(1, tree_budget + 2)))
+            tree_verify.append(tuple(ms[f"tree_verify_{m}"] for m in range(1, max(tree_budget, max_depth) + 2)))
             tree_draft.append(tuple(ms[f"tree_draft_{w}"] for w in range(1, tree_budget + 1)))
     one = list(batch_sizes).index(1)
     passes = engine_pass_ms(target, family.proposer(drafter), context_len, max_depth, warmup, repeats, seed,
                             device)
-    tree_passes = engine_pass_ms(target, family.proposer(drafter), context_len, min(max_depth, tree_budget), warmup,
-                                 repeats, seed, device, trees=True) if tree_budget else []
+    tree_passes = engine_pass_ms(target, family.proposer(drafter), context_len, max_depth, warmup, repeats, seed,
+                                 device, trees=True) if tree_budget else []
     return CostProfile(
         hardware=hardware_id(device, dtype), draft_ms=draft_by_b[one], decode_ms=verify_by_b[one][0],
         verify_ms=verify_by_b[one][-1], batch_sizes=tuple(batch_sizes), draft_ms_by_batch=tuple(draft_by_b),
@@ -132,7 +133,8 @@ def _profile_batch(target, drafter, family, batch: int, context_len, max_depth, 
 
     calls = {"draft_ms": family.step_timer(drafter, target, ctx, context_len)}
     calls.update({f"verify_{k}": target_call(k + 1) for k in range(max_depth + 1)})
-    calls.update({f"tree_verify_{m}": tree_call(m) for m in range(1, tree_budget + 2) if tree_budget})
-    calls.update({f"tree_draft_{w}": family.level_timer(drafter, target, ctx, context_len, w)
-                  for w in range(1, tree_budget + 1)})
+    if tree_budget:
+        calls.update({f"tree_verify_{m}": tree_call(m) for m in range(1, max(tree_budget, max_depth) + 2)})
+        calls.update({f"tree_draft_{w}": run for w, run in
+                      family.level_timers(drafter, target, ctx, context_len, range(1, tree_budget + 1)).items()})
     return _interleaved_medians(calls, warmup=warmup, repeats=repeats, device=device)

@@ -95,14 +95,19 @@ class EagleFamily:
         token = drafter.full_logits(logits).argmax(-1)
         return lambda: drafter.step(token, chain, d_cache, context_len - 1)
 
-    def level_timer(self, drafter, target, ctx, context_len: int, width: int):
-        """One drafter pass over `width` tree nodes per sequence against a cached context."""
+    def level_timers(self, drafter, target, ctx, context_len: int, widths) -> dict:
+        """{width: a closure running one drafter pass over that many tree nodes per sequence} against
+        one cached context (extend leaves the cache as it was)."""
         streams, _ = target_pass(target, ctx, drafter.cfg.capture_layers)
         g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
         d_cache, _, chain = drafter.prefill(ctx[:, 1:], g0)
-        tokens = ctx[:, -width:] if width <= ctx.shape[1] else ctx[:, :1].expand(-1, width)
-        g = chain[:, None, :].expand(-1, width, -1)
-        return lambda: drafter.extend(d_cache, tokens, g, context_len - 1)
+
+        def timer(width: int):
+            tokens = ctx[:, -width:] if width <= ctx.shape[1] else ctx[:, :1].expand(-1, width)
+            g = chain[:, None, :].expand(-1, width, -1)
+            return lambda: drafter.extend(d_cache, tokens, g, context_len - 1)
+
+        return {w: timer(w) for w in widths}
 
     def export(self, checkpoint: Path, out: Path, layout: str = "eagle3", verifier: str | None = None) -> tuple[str, str]:
         """(folder, vLLM method): the drafter written once in the EAGLE-3 layout engines load, or in
@@ -159,18 +164,23 @@ class StandaloneFamily:
 
         return run
 
-    def level_timer(self, model, target, ctx, context_len: int, width: int):
-        """One draft-model pass over `width` tree nodes per sequence, the cache cropped back."""
+    def level_timers(self, model, target, ctx, context_len: int, widths) -> dict:
+        """{width: one draft-model pass over that many tree nodes per sequence}, against one cached
+        context that each call crops back."""
         _, cache, _ = cached_forward_states(model, ctx[:, :-1])
-        nodes = ctx[:, -width:] if width <= ctx.shape[1] else ctx[:, :1].expand(-1, width)
-        mask = torch.eye(width, dtype=torch.bool)  # siblings: each reads the context and itself
-        positions = torch.full(nodes.shape, context_len - 1, device=ctx.device)
 
-        def run():
-            tree_forward_states(model, nodes, positions, mask, cache)
-            cache.crop(-width)
+        def timer(width: int):
+            nodes = ctx[:, -width:] if width <= ctx.shape[1] else ctx[:, :1].expand(-1, width)
+            mask = torch.eye(width, dtype=torch.bool)  # siblings: each reads the context and itself
+            positions = torch.full(nodes.shape, context_len - 1, device=ctx.device)
 
-        return run
+            def run():
+                tree_forward_states(model, nodes, positions, mask, cache)
+                cache.crop(-width)
+
+            return run
+
+        return {w: timer(w) for w in widths}
 
     def export(self, checkpoint: Path, out: Path, layout: str = "eagle3", verifier: str | None = None) -> tuple[str, str]:
         """A draft model is served from its Hugging Face folder as it is."""

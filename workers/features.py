@@ -55,21 +55,26 @@ def tree_forward_states(model, input_ids, position_ids, mask, cache, capture: tu
     return out.logits, cache, streams
 
 
-def keep_positions(cache, index: torch.Tensor) -> None:
-    """Keep only the cached positions `index` (increasing), in that order: after a tree pass, the
-    context and the accepted path. Works on the cache layouts of transformers 4.x and 5.x."""
+def keep_path(cache, past: int, path: torch.Tensor) -> None:
+    """After a tree pass over positions past.., keep the context and only the tree's entries at
+    `path` (increasing offsets from past, 0 first): they move to past, past + 1, ... and the rest
+    is cropped. Only the tree's entries are copied; works on transformers 4.x and 5.x caches."""
     layers = getattr(cache, "layers", None)
-    if layers is not None:
-        for layer in layers:
-            if getattr(layer, "keys", None) is not None and layer.keys.numel():
-                layer.keys = layer.keys.index_select(-2, index.to(layer.keys.device))
-                layer.values = layer.values.index_select(-2, index.to(layer.values.device))
+    pairs = [(layer, "keys", "values") for layer in layers] if layers is not None else None
+    n = path.numel()
+    if pairs is not None:
+        for layer, k, v in pairs:
+            keys = getattr(layer, k, None)
+            if keys is not None and keys.numel():
+                for name in (k, v):
+                    t = getattr(layer, name)
+                    t[..., past: past + n, :] = t.index_select(-2, past + path.to(t.device))
     else:
-        for i, (k, v) in enumerate(zip(cache.key_cache, cache.value_cache)):
-            cache.key_cache[i] = k.index_select(-2, index.to(k.device))
-            cache.value_cache[i] = v.index_select(-2, index.to(v.device))
-    if hasattr(cache, "_seen_tokens"):
-        cache._seen_tokens = int(index.numel())
+        for t in (*cache.key_cache, *cache.value_cache):
+            t[..., past: past + n, :] = t.index_select(-2, past + path.to(t.device))
+    extra = cache.get_seq_length() - past - n
+    if extra:
+        cache.crop(-extra)
 
 
 @functools.lru_cache(maxsize=None)

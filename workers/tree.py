@@ -37,8 +37,8 @@ class TreeLayout:
 def draw_children(logits: torch.Tensor, m: int, temperature: float, gen) -> tuple[list[int], torch.Tensor | None]:
     """m sibling drafts from one distribution, in draw order, and the q they were drawn from
     (None when they are the top-m, verified one-hot). logits: [V] over the target's vocabulary."""
-    if temperature == 0:
-        return logits.topk(m).indices.tolist(), None
+    if temperature == 0:  # the top-m, ties to the lower token id (as argmax and the measured ranks)
+        return torch.sort(logits, descending=True, stable=True).indices[:m].tolist(), None
     scaled = logits.float() / temperature
     u = torch.rand(scaled.shape, generator=gen).to(scaled.device).clamp(min=1e-20, max=1 - 1e-7)
     order = (scaled - torch.log(-torch.log(u))).topk(m).indices.tolist()

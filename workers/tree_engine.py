@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from workers.engine import clock
-from workers.features import cached_forward_states, keep_positions, tree_forward_states
+from workers.features import cached_forward_states, keep_path, tree_forward_states
 from workers.sampling import drafting_temperature, sample
 from workers.tree import TreeLayout
 
@@ -92,7 +92,7 @@ def generate_tree(target, proposer, prompt: torch.Tensor, *, max_new: int, tree,
         path, nxt = walk_tree(logits[0], layout, tokens, qs, temperature, gen)
         if layout.n:
             kept = torch.tensor([0] + path, device=device)
-            keep_positions(cache, torch.cat([torch.arange(past, device=device), past + kept]))
+            keep_path(cache, past, kept)
             emitted = [tokens[i - 1] for i in path] + [nxt]
             proposer.accept_tree(emitted, [s[:, kept] for s in streams])
         else:

@@ -3,7 +3,9 @@ budget whose tree has the highest predicted speedup, per batch size, with the de
 noise-aware rule (the smaller tree wins when within noise).
 
 Tokens per pass are a decoder's (pipeline/core/acceptance.decode_walk) over each prompt's chain
-starts, with the drafts each start keeps under the tree. A round costs one drafter pass per tree
+starts, with the drafts each start keeps under the tree; cross-fitted: each prompt is scored with
+the tree of that budget fitted on the other half of the prompts, so that a tree is not credited
+with the chance successes it was fitted to. A round costs one drafter pass per tree
 level, over the nodes whose children it drafts, and one target pass over the root and every node
 under a tree mask, all as timed by cost profiling at that batch size:
 speedup(B, tree) = tokens(tree) * t_decode(B) / (sum_levels t_draft(B, width) + t_verify_tree(B, n + 1)).
@@ -65,17 +67,41 @@ def _pick(speedups: list[float], per_prompt: list[list[tuple[int, int]]], cost: 
     return best, best
 
 
+def _fit(rank_paths: RankPaths, budget: int, max_depth: int, topk: int) -> list[Tree]:
+    return best_trees(prefix_counts(p for prompt in rank_paths for p in prompt), budget, max_depth=max_depth,
+                      max_topk=topk)
+
+
+def _crossfit_walks(rank_paths: RankPaths, trees: list[Tree], budget: int, max_depth: int, topk: int):
+    """Per budget, per prompt: the decoder's walk under the best tree fitted on the other half of the
+    prompts. A tree scored on the text it was fitted to looks better than it is (its deep, rare
+    nodes won by chance); scored on the other half, its tokens per pass are what the procedure
+    delivers on new text. With a single prompt there is no other half: the trees themselves."""
+    if len(rank_paths) < 2:
+        return [walks(rank_paths, t) for t in trees]
+    halves = [list(range(0, len(rank_paths), 2)), list(range(1, len(rank_paths), 2))]
+    fitted = [_fit([rank_paths[i] for i in half], budget, max_depth, topk) for half in halves]
+    out = [[(0, 0)] * len(rank_paths) for _ in trees]
+    for h, half in enumerate(halves):
+        for n, tree in enumerate(fitted[1 - h]):
+            for i, walk in zip(half, walks([rank_paths[i] for i in half], tree)):
+                out[n][i] = walk
+    return out
+
+
 def choose_tree(rank_paths: RankPaths, cost: CostProfile, *, max_depth: int, topk: int, chain_depth: int,
                 seed: int = 0, n_boot: int = 1000, level: float = 0.9) -> TreeChoice:
     """The tree per profiled batch size, from the rank paths of the primary curve and the tree timings."""
     if not cost.tree_verify_ms_by_batch:
         raise ValueError("the cost profile timed no tree passes (cost.tree_budget is 0)")
-    budget = len(cost.tree_verify_ms_by_batch[0]) - 1
-    trees = best_trees(prefix_counts(p for prompt in rank_paths for p in prompt), budget, max_depth=max_depth,
-                       max_topk=topk)
-    per_prompt = [walks(rank_paths, t) for t in trees]
+    budget = len(cost.tree_draft_ms_by_batch[0])
+    if cost.tree_pass_ms and len(cost.tree_pass_ms) <= max_depth:
+        raise ValueError(f"the tree engine was timed at depths 0..{len(cost.tree_pass_ms) - 1}, the curve reaches "
+                         f"{max_depth}")
+    trees = _fit(rank_paths, budget, max_depth, topk)
+    per_prompt = _crossfit_walks(rank_paths, trees, budget, max_depth, topk)
     tokens = [_pooled(w) for w in per_prompt]
-    chain = chain_tree(min(chain_depth, budget))
+    chain = chain_tree(chain_depth)
     chain_tokens = _pooled(walks(rank_paths, chain))
     by_batch, chosen, candidates_speedups, chain_speedups = {}, None, [], []
     cap = None

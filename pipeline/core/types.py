@@ -63,12 +63,13 @@ class CostProfile:
     # one whole iteration of the speculative engine at batch size 1, per k = 0..max_depth: k drafter
     # forwards, the verify pass and the engine's own bookkeeping (k = 0: one plain decode step)
     pass_ms: tuple[float, ...] = ()
-    # draft trees, per batch size: a target pass over m = 1..tree_budget + 1 new tokens under a tree
-    # attention mask (index m - 1), and one drafter pass over w = 1..tree_budget tree nodes (index w - 1)
+    # draft trees, per batch size: a target pass over m = 1..max(tree_budget, max_depth) + 1 new tokens
+    # under a tree attention mask (index m - 1), and one drafter pass over w = 1..tree_budget tree
+    # nodes (index w - 1): the tree budget is the length of the second
     tree_verify_ms_by_batch: tuple[tuple[float, ...], ...] = ()
     tree_draft_ms_by_batch: tuple[tuple[float, ...], ...] = ()
     # one iteration of the tree engine at batch size 1 drafting the chain of depth D as a tree, per
-    # D = 0..min(max_depth, tree_budget): what a tree of that depth costs besides its width
+    # D = 0..max_depth: what a tree of that depth costs besides its width
     tree_pass_ms: tuple[float, ...] = ()
 
     @property

@@ -43,9 +43,11 @@ def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress
 def _tree_check(target, tokenizer, proposer, choice: TreeChoice, config: MeasureSpeedupConfig) -> TreeCheck:
     """The chosen tree and the best trees one and two sizes either side of it, timed with the chain."""
     n = len(choice.tree)
-    sizes = [n] + [m for m in (n - 2, n - 1, n + 1, n + 2) if 1 <= m < len(choice.candidates)
-                   and choice.candidates[m].tree != choice.candidates[n].tree]
-    picked = [choice.candidates[m] for m in sizes]
+    picked = [choice.candidates[n]]
+    for m in (n - 2, n - 1, n + 1, n + 2):  # each tree once, none empty
+        if 1 <= m < len(choice.candidates) and choice.candidates[m].tree \
+                and all(choice.candidates[m].tree != c.tree for c in picked):
+            picked.append(choice.candidates[m])
     timed = tree_benchmark(target=target, proposer=proposer, tokenizer=tokenizer, evaluation=config.evaluation,
                            validation=config.validation, seed=config.seed, trees=[c.tree for c in picked],
                            chain_depth=choice.chain_depth)

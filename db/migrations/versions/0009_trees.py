@@ -8,8 +8,9 @@ Create Date: 2026-12-02
   chain starts whose target token was the drafter's rank-r proposal at that step.
 - tree_checks: one row per tree a speedup check ran (position 0: the chosen one), with the chain
   timed beside it.
-- tuned_configs.tree_json, tree_decode_accept_len, tree_speedup, tree_chain_speedup: the tree
-  chosen at batch size 1 and what it predicts; None on rows written before this revision.
+- tuned_configs.tree_json, tree_decode_accept_len, tree_speedup, tree_chain_speedup,
+  tree_all_batches: the tree chosen at batch size 1, what it predicts, and whether every profiled
+  batch size chose it; None on rows written before this revision.
 Written out in full rather than importing db.tables (see 0001); constraint names follow
 db.tables.NAMING_CONVENTION.
 """
@@ -74,11 +75,12 @@ def upgrade() -> None:
         batch.add_column(sa.Column("tree_json", sa.Text(), nullable=True))
         for name in TREE_COLUMNS:
             batch.add_column(sa.Column(name, sa.Float(), nullable=True))
+        batch.add_column(sa.Column("tree_all_batches", sa.Boolean(), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("tuned_configs") as batch:
-        for name in ("tree_json", *TREE_COLUMNS):
+        for name in ("tree_json", *TREE_COLUMNS, "tree_all_batches"):
             batch.drop_column(name)
     op.drop_index(op.f("ix_tree_checks_target_drafter"), table_name="tree_checks")
     op.drop_table("tree_checks")
