@@ -5,7 +5,6 @@ MLflow, Ray cluster); everything that changes results is in the spec.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -119,6 +118,7 @@ def _plan(parsed, cluster):
 def _run(plan, parsed, text: str, workdir: Path, db, mlflow, cluster, retry_s: float | None) -> None:
     """Run `plan` on `cluster` (a joined one, or a function starting the local one when needed)."""
     from pipeline.executor import run_plan
+    from pipeline.run_summary import selected_rows, speedup_checks
     from pipeline.tracking import Tracker
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -137,14 +137,14 @@ def _run(plan, parsed, text: str, workdir: Path, db, mlflow, cluster, retry_s: f
                   f"{len(summary.failed)} failed in {summary.seconds:.1f}s", soft_wrap=True)
         if summary.report is not None:
             out.print(f"curves of every pairing: {summary.report}", soft_wrap=True)
-        rows = _selected(plan, store)
+        rows = selected_rows(plan, store)
         if rows:
             from pipeline.report import best_table, category_table
 
             out.print(best_table(rows, versioned=False))
             if any(r["categories"] for r in rows):
                 out.print(category_table(rows))
-        checks = _speedup_checks(plan, store)
+        checks = speedup_checks(plan, store)
         if checks:
             from pipeline.report import engine_tables
 
@@ -163,56 +163,18 @@ def _ray_cluster(address: str | None, runtime_env: dict):
     return connect(address, runtime_env)
 
 
-def _finished(plan, store, kind: str):
-    """(job, typed result) of this plan's finished jobs of one kind (run now or reused)."""
-    from pipeline.record import finished
-
-    for job in plan.jobs:
-        result = finished(store, kind, job.hash) if job.kind == kind else None
-        if result is not None:
-            yield job, result
-
-
-def _selected(plan, store) -> list[dict]:
-    """The depth choices of this plan's select jobs, for the summary table."""
-    from db.rows import category_depth_rows
-
-    measured = {(target, drafter): check.tree.over_chain for target, drafter, check in _speedup_checks(plan, store)
-                if check.tree is not None}
-    return [{"target": job.target, "drafter": job.drafter, "hardware": selected.hardware,
-             **dataclasses.asdict(selected.choice),
-             "categories": category_depth_rows(job.target, job.drafter, selected),
-             "tree": selected.tree and selected.tree.tree,
-             "tree_speedup": selected.tree and selected.tree.speedup,
-             "tree_chain_speedup": selected.tree and selected.tree.chain_speedup,
-             "tree_measured_over_chain": measured.get((job.target, job.drafter))}
-            for job, selected in _finished(plan, store, "select_depth")]
-
-
-def _speedup_checks(plan, store) -> list[tuple[str, str, object]]:
-    """The engine benchmarks of this plan's measure_speedup jobs."""
-    return [(job.target, job.drafter, validated.speedup_check)
-            for job, validated in _finished(plan, store, "measure_speedup")]
-
-
 def _print_plan(plan, workdir: Path, db: str | None) -> None:
-    from pipeline.record import finished
+    from pipeline.run_summary import plan_table
 
     url = db_url(workdir, db)
     store = None
     if not url.startswith("sqlite:///") or Path(url.removeprefix("sqlite:///")).is_file():
         store = _store(workdir, db)
-    table = Table(title=f"plan: {len(plan.jobs)} jobs (code {plan.code_version})")
-    for col in ("kind", "name", "hash", "inputs", "cpus", "gpus", "state"):
-        table.add_column(col)
-    short = {j.hash: j.hash[:10] for j in plan.jobs}
-    for j in plan.jobs:
-        state = "reuse" if store is not None and finished(store, j.kind, j.hash) is not None else "run"
-        table.add_row(j.kind, j.name, short[j.hash], ", ".join(f"{n}={short[h]}" for n, h in j.deps),
-                      f"{j.num_cpus:g}", f"{j.num_gpus:g}", state)
-    out.print(table)
-    if store is not None:
-        store.close()
+    try:
+        out.print(plan_table(plan, store))
+    finally:
+        if store is not None:
+            store.close()
 
 
 @app.command()
