@@ -174,6 +174,9 @@ def test_autotune_exports_the_trained_drafter_for_vllm(first_run):
 
 def test_an_unchanged_rerun_reuses_every_job(first_run, ray_cluster):
     tmp_path, spec, _ = first_run
+    planned = specfleet("run", str(spec), "--dry-run", "--address", ray_cluster, cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    assert "plan: 11 jobs" in planned.stdout and planned.stdout.count(" reuse ") == 11  # nothing would run
     again = specfleet("run", str(spec), "--address", ray_cluster, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "0 ran, 11 reused, 0 failed" in again.stdout
