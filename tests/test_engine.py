@@ -95,11 +95,11 @@ def _exact_joint(target, prompt, n_new, temperature: float = 1.0):
     return total.exp().reshape([V] * n_new)
 
 
-@pytest.mark.parametrize("temperature,draft_sampling", [(1.0, "sampled"), (0.7, "sampled"), (0.7, "greedy")])
-@pytest.mark.parametrize("kind", ["eagle", "model"])
+@pytest.mark.parametrize("kind,temperature,draft_sampling", [
+    ("eagle", 1.0, "sampled"), ("eagle", 0.7, "greedy"), ("model", 0.7, "sampled"), ("model", 0.7, "greedy")])
 def test_sampled_decoding_matches_the_target_distribution(kind, temperature, draft_sampling):
-    """Both proposers (the draft model's rejection path included), both ways of drafting, at T = 1
-    and at another temperature."""
+    """Both proposers (the draft model's rejection path included), each with both ways of drafting,
+    at T = 1 and at another temperature."""
     target = _tiny_llama(0)
     if kind == "model":
         proposer = ModelProposer(_tiny_llama(1, layers=1))  # a draft model smaller than its target, as in use
