@@ -60,18 +60,14 @@ def keep_path(cache, past: int, path: torch.Tensor) -> None:
     `path` (increasing offsets from past, 0 first): they move to past, past + 1, ... and the rest
     is cropped. Only the tree's entries are copied; works on transformers 4.x and 5.x caches."""
     layers = getattr(cache, "layers", None)
-    pairs = [(layer, "keys", "values") for layer in layers] if layers is not None else None
+    if layers is not None:  # transformers 5.x: one layer object per layer (uninitialised ones skipped)
+        tensors = [t for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                   if t is not None and t.numel()]
+    else:  # 4.x: parallel lists
+        tensors = [*cache.key_cache, *cache.value_cache]
     n = path.numel()
-    if pairs is not None:
-        for layer, k, v in pairs:
-            keys = getattr(layer, k, None)
-            if keys is not None and keys.numel():
-                for name in (k, v):
-                    t = getattr(layer, name)
-                    t[..., past: past + n, :] = t.index_select(-2, past + path.to(t.device))
-    else:
-        for t in (*cache.key_cache, *cache.value_cache):
-            t[..., past: past + n, :] = t.index_select(-2, past + path.to(t.device))
+    for t in tensors:
+        t[..., past: past + n, :] = t.index_select(-2, past + path.to(t.device))
     extra = cache.get_seq_length() - past - n
     if extra:
         cache.crop(-extra)
