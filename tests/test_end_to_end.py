@@ -284,9 +284,15 @@ def test_the_runtime_env_reaches_every_worker(ray_cluster):
         def read():
             return os.environ.get("HF_TOKEN"), ray.get_runtime_context().get_node_id()
 
-        seen = ray.get([read.options(scheduling_strategy="SPREAD").remote() for _ in range(6)])
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+        assert len(nodes) == 2
+        # pinned to each node in turn (SPREAD is a preference: a busy node can leave one unused)
+        pinned = [NodeAffinitySchedulingStrategy(node, soft=False) for node in nodes for _ in range(2)]
+        seen = ray.get([read.options(scheduling_strategy=s).remote() for s in pinned])
         assert {token for token, _ in seen} == {"hf_fromTheDriver"}
-        assert len({node for _, node in seen}) == 2  # on both nodes
+        assert {node for _, node in seen} == set(nodes)  # on both nodes
         assert autoscaler_node_types() is None  # `ray start` nodes: no autoscaler, only the nodes there count
     finally:
         ray.shutdown()
