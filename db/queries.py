@@ -177,10 +177,14 @@ def rank_accept_values(session: Session, *, target: str | None, drafter: str | N
     return _measured_rows(session, RankAccept, RANK_ACCEPT_KEYS, order, target=target, drafter=drafter)
 
 
-def tree_check_values(session: Session, *, target: str | None, drafter: str | None) -> list[dict]:
-    """Sorted by target, drafter, hardware, job, position (0: the chosen tree); `tree` decoded."""
+def tree_check_values(session: Session, *, target: str | None, drafter: str | None,
+                      chosen_only: bool = False) -> list[dict]:
+    """Sorted by target, drafter, hardware, job, position (0: the chosen tree); `tree` decoded.
+    chosen_only: position 0 only."""
     order = ("target", "drafter", "hardware", "job_id", "position")
-    rows = _measured_rows(session, TreeCheckPoint, TREE_CHECK_KEYS, order, target=target, drafter=drafter)
+    where = (TreeCheckPoint.position == 0,) if chosen_only else ()
+    rows = _measured_rows(session, TreeCheckPoint, TREE_CHECK_KEYS, order, target=target, drafter=drafter,
+                          where=where)
     return [{**r, "tree": json.loads(r["tree_json"])} for r in rows]
 
 

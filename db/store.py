@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import queries, writes
@@ -332,15 +332,14 @@ class Store:
     def with_tree_checks(self, rows: list[dict]) -> list[dict]:
         """`best` rows, each with `tree_measured_over_chain`: the chosen tree's tokens/s over the chain's
         in the newest speedup check that ran that tree for the pairing on that hardware (None: none did)."""
-        checks = [c for c in self.tree_check_rows() if c["position"] == 0]
-        out = []
-        for r in rows:
-            same = [c for c in checks if r.get("tree") and (c["target"], c["drafter"], c["hardware"], c["tree"])
-                    == (r["target"], r["drafter"], r["hardware"], r["tree"])]
-            newest = same[-1] if same else None  # sorted by job within a pairing and hardware: the newest last
-            out.append({**r, "tree_measured_over_chain": None if newest is None
-                        else newest["tokens_per_s"] / newest["chain_tokens_per_s"]})
-        return out
+        def key(row: dict) -> tuple:
+            return row["target"], row["drafter"], row["hardware"], json.dumps(row["tree"])
+
+        newest = {}  # sorted by job within a pairing and hardware: the newest is written last
+        for check in self._read(lambda session: queries.tree_check_values(session, target=None, drafter=None,
+                                                                          chosen_only=True)):
+            newest[key(check)] = check["tokens_per_s"] / check["chain_tokens_per_s"]
+        return [{**r, "tree_measured_over_chain": newest.get(key(r)) if r.get("tree") else None} for r in rows]
 
     def category_depths(self, job_hashes: Sequence[str]) -> dict[str, list[dict]]:
         """The depth chosen per prompt category by each of these select jobs, by job hash."""
@@ -417,7 +416,11 @@ class Store:
                     return body(session)
             except IntegrityError as error:
                 raise StoreError(f"{action} refused by {self.url}: {one_line(error)}") from error
+            except ProgrammingError as error:
+                raise StoreError(_schema_message(action, self.url, error)) from error
             except (OperationalError, InterfaceError) as error:
+                if _is_schema_error(error):
+                    raise StoreError(_schema_message(action, self.url, error)) from error
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise StoreError(f"{action}: database {self.url} unavailable for {self.retry_s:g} s "
@@ -426,6 +429,19 @@ class Store:
                 log.warning("%s: database %s: %s; retrying in %.2f s", action, self.url, one_line(error), wait)
                 time.sleep(wait)
                 delay = min(2 * delay, 2.0)
+
+
+_SQLITE_SCHEMA = ("no such table", "no such column", "has no column named")
+
+
+def _is_schema_error(error: OperationalError | InterfaceError) -> bool:
+    """SQLite reports a table or column the database lacks as an OperationalError; waiting never fixes it."""
+    return any(text in str(error.orig) for text in _SQLITE_SCHEMA)
+
+
+def _schema_message(action: str, url: str, error: Exception) -> str:
+    return (f"{action}: the schema of database {url} does not match this specfleet version (a table or "
+            f"column is missing or different): {one_line(error)}")
 
 
 def _insert_ignore(session: Session, model: type[Base], values: dict) -> None:

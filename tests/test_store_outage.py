@@ -7,7 +7,8 @@ import time
 import pytest
 from sqlalchemy import make_url
 from tcp_proxy import TcpProxy
-from test_store import PG_BASE_URL, _fresh_pg_database
+from sqlalchemy import create_engine, text
+from test_store import PG_BASE_URL, _fresh_pg_database, db_url  # noqa: F401 (a fixture)
 
 from db.store import Store, StoreError
 
@@ -85,3 +86,17 @@ def test_run_takes_the_retry_time_for_the_database_and_mlflow(tmp_path, monkeypa
     refused = CliRunner().invoke(app, ["run", "s.yaml", "--retry-s", "-1", "--workdir", "elsewhere"])
     assert str(refused.exception) == "--retry-s: -1 is outside [0, 86400]"  # the CLI's entry prints it, exit 1
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_database_with_the_wrong_schema_fails_at_once(db_url):  # noqa: F811
+    """A missing column is not an outage: no retrying for retry_s, one error naming the database."""
+    store = Store(db_url, retry_s=30)
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE tuned_configs DROP COLUMN tree_speedup"))
+    engine.dispose()
+    start = time.monotonic()
+    with pytest.raises(StoreError, match=r"read: the schema of database .* does not match .*tree_speedup"):
+        store.best()
+    assert time.monotonic() - start < 5
+    store.close()

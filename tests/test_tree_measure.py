@@ -6,7 +6,7 @@ import torch
 
 from tests.test_engine import _tiny_llama
 from tests.test_tree_engine import _eagle
-from workers.chains import eagle_ranks, model_ranks, ranks_of
+from workers.chains import eagle_ranks, fuse_context, model_ranks, ranks_of
 from workers.features import cached_forward_states, target_pass
 
 
@@ -18,7 +18,7 @@ def test_eagle_and_model_ranks_follow_the_targets_path_step_by_step():
     proposer = _eagle(target)
     drafter = proposer.drafter
     streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)
-    eagle = eagle_ranks(drafter, seq, streams, depth, starts)
+    eagle = eagle_ranks(drafter, seq, fuse_context(drafter, streams), depth, starts)
     model = _tiny_llama(1, vocab=40, layers=1)
     plain = model_ranks(model, seq, depth, starts)
     for n, c in enumerate(starts):
@@ -49,7 +49,7 @@ def test_the_walk_over_measured_rank_paths_is_what_the_tree_engine_does():
     seq = continue_text(target, prompt, n_cont + K, 0.0, None)
     starts = list(range(p_len - 1, p_len - 1 + n_cont))
     streams, _ = target_pass(target, seq, proposer.drafter.cfg.capture_layers)
-    paths = [rank_path(r, topk) for r in eagle_ranks(proposer.drafter, seq, streams, K, starts).tolist()]
+    paths = [rank_path(r, topk) for r in eagle_ranks(proposer.drafter, seq, fuse_context(proposer.drafter, streams), K, starts).tolist()]
     assert sum(1 for p in paths if p and p[0] > 0) >= 3  # second and third guesses to bank
     for tree in (((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)), ((0,), (1,), (2,), (0, 0), (2, 0), (0, 0, 0))):
         _, engine = generate_tree(target, _eagle(target), prompt, max_new=n_cont + 1, tree=tree, temperature=0.0)

@@ -12,6 +12,12 @@ from workers.features import cached_forward_states
 from workers.sampling import sample
 
 
+def fuse_context(drafter, streams) -> torch.Tensor:
+    """The drafter's fused input for positions 0..L-2 of the target's captured streams (position i
+    is fused with token x_{i+1} to draft x_{i+2})."""
+    return drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
+
+
 @torch.no_grad()
 def draft_all_chains(drafter, seqs: torch.Tensor, streams, depth: int, temperature: float, gen, starts: list[int],
                      noise=None):
@@ -22,7 +28,7 @@ def draft_all_chains(drafter, seqs: torch.Tensor, streams, depth: int, temperatu
     their target-vocabulary logits [N, depth, V], the StepOuts (attention kept at the chain
     rows only) and the fused input.
     """
-    g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
+    g0 = fuse_context(drafter, streams)
     c = torch.tensor(starts, device=seqs.device)
     outs = drafter.forward_steps(seqs[:, 1:], g0, depth, noise=noise, rows=c,
                                  pick=lambda lg: sample(drafter.full_logits(lg.float()), temperature, gen))
@@ -69,10 +75,11 @@ def ranks_of(logits: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def eagle_ranks(drafter, seqs: torch.Tensor, streams, depth: int, starts: list[int], noise=None) -> torch.Tensor:
+def eagle_ranks(drafter, seqs: torch.Tensor, g0: torch.Tensor, depth: int, starts: list[int],
+                noise=None) -> torch.Tensor:
     """The rank of the target's own token at every step of the chains at `starts`, the drafter fed the
-    target's tokens along the way (where a drafter that guessed right would be). -> [N, depth]"""
-    g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
+    target's tokens along the way (where a drafter that guessed right would be). g0: the fused
+    input `draft_all_chains` returned for the same text. -> [N, depth]"""
     c = torch.tensor(starts, device=seqs.device)
     forced = torch.zeros_like(seqs[:, 1:])
     forced[:, :-1] = seqs[:, 2:]  # position i is followed by x_{i+2}

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from pipeline.core.contracts import Trained
-from workers.chains import draft_all_chains, draft_chains_with_model, eagle_ranks, model_ranks
+from workers.chains import draft_all_chains, draft_chains_with_model, eagle_ranks, fuse_context, model_ranks
 from workers.diagnostics import DriftStats
 from workers.eagle_checkpoint import load_eagle3
 from workers.eagle_layouts import checkpoint_folder, import_checkpoint
@@ -37,12 +37,12 @@ class EagleChains:
         drafts, q_logits, outs, g0 = draft_all_chains(self.drafter, seq, streams, self.depth, temperature, gen,
                                                       starts, noise)
         self.stats.add(outs, streams, g0, starts)
-        self.streams = streams
+        self.g0 = g0
         return drafts, q_logits
 
     def ranks(self, seq, starts: list[int], noise):
         """After `draft` on the same text: the rank of the target's token at every step (workers/chains.py)."""
-        return eagle_ranks(self.drafter, seq, self.streams, self.depth, starts, noise)
+        return eagle_ranks(self.drafter, seq, self.g0, self.depth, starts, noise)
 
     def diagnostics(self) -> list[tuple[int, str, float]]:
         return self.stats.rows()
@@ -90,7 +90,7 @@ class EagleFamily:
     def step_timer(self, drafter, target, ctx, context_len: int):
         """A closure running one drafter step against a cached context of context_len tokens."""
         streams, _ = target_pass(target, ctx, drafter.cfg.capture_layers)
-        g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
+        g0 = fuse_context(drafter, streams)
         d_cache, logits, chain = drafter.prefill(ctx[:, 1:], g0)  # cached positions 0..L-2
         token = drafter.full_logits(logits).argmax(-1)
         return lambda: drafter.step(token, chain, d_cache, context_len - 1)
@@ -99,7 +99,7 @@ class EagleFamily:
         """{width: a closure running one drafter pass over that many tree nodes per sequence} against
         one cached context (extend leaves the cache as it was)."""
         streams, _ = target_pass(target, ctx, drafter.cfg.capture_layers)
-        g0 = drafter.fuse([s[:, :-1].to(drafter.fc.weight.dtype) for s in streams])
+        g0 = fuse_context(drafter, streams)
         d_cache, _, chain = drafter.prefill(ctx[:, 1:], g0)
 
         def timer(width: int):
