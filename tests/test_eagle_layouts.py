@@ -200,8 +200,8 @@ def test_checkpoints_in_each_layout_run_through_specfleet_to_stored_curves(tmp_p
     spec = {"name": "theirs", "targets": [{"name": "t", "hf": str(target), "dtype": "float32"}],
             "drafters": [{"name": layout, "kind": "eagle3", "path": str(write(drafter, tmp_path / layout))}
                          for layout, write in WRITERS.items()],
-            "evaluation": {"max_depth": 2, "num_prompts": 2, "prompt_len": 12, "continuation_len": 4},
-            "cost": {"context_len": 8, "warmup": 0, "repeats": 2, "cost_ratio": 0.01}}
+            "evaluation": {"max_depth": 2, "num_prompts": 2, "prompt_len": 12, "continuation_len": 4, "tree_topk": 0},
+            "cost": {"context_len": 8, "warmup": 0, "repeats": 2, "cost_ratio": 0.01, "tree_budget": 0}}
     (tmp_path / "theirs.yaml").write_text(yaml.safe_dump(spec))
     done = specfleet("run", "theirs.yaml", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -54,8 +54,8 @@ def _spec(prompts: str, **training) -> dict:
                           "train": {"ttt_depth": 2, "steps": 6, "batch_size": 4, "seq_len": 96, "corpus": "regenerated"}}],
             "training_data": {"prompts": "train.json", "tokens": 1500, "max_new_tokens": 12, **training},
             "evaluation": {"max_depth": 2, "num_prompts": 9, "prompt_len": 40, "continuation_len": 4,
-                           "prompts": prompts},
-            "cost": {"context_len": 8, "warmup": 0, "repeats": 2, "cost_ratio": 0.01}}
+                           "prompts": prompts, "tree_topk": 0},
+            "cost": {"context_len": 8, "warmup": 0, "repeats": 2, "cost_ratio": 0.01, "tree_budget": 0}}
 
 
 def test_a_prompts_file_runs_to_curves_and_depths_per_category(workdir):

@@ -24,8 +24,8 @@ SPEC = {
         "layers": 4, "hidden_size": 32, "heads": 4, "intermediate_size": 64, "vocab_size": 300,
         "train": {"steps": 10, "batch_size": 4, "seq_len": 32}}}],
     "drafters": [{"name": "pre", "kind": "eagle3", "train": {"ttt_depth": 1, "steps": 5, "batch_size": 4, "seq_len": 32}}],
-    "evaluation": {"max_depth": 2, "num_prompts": 2, "prompt_len": 8, "continuation_len": 4},
-    "cost": {"context_len": 8, "warmup": 1, "repeats": 1, "batch_sizes": [1], "max_batch_size": 4},
+    "evaluation": {"max_depth": 2, "num_prompts": 2, "prompt_len": 8, "continuation_len": 4, "tree_topk": 0},
+    "cost": {"context_len": 8, "warmup": 1, "repeats": 1, "batch_sizes": [1], "max_batch_size": 4, "tree_budget": 0},
 }
 
 

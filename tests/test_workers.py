@@ -255,3 +255,13 @@ def test_workers_on_one_node_can_materialise_one_checkpoint_at_once(tmp_path):
         assert {p.name for p in folders[0].iterdir()} == set(files)
         assert [p.name for p in root.iterdir()] == [folders[0].name]  # no stray .part folders
         assert all((folders[0] / name).read_bytes() == blob for name, blob in files.items())
+
+
+def test_large_trees_are_timed_at_a_grid_of_sizes_and_the_rest_read_off_straight_lines():
+    from workers.cost import filled, timed_sizes
+
+    assert timed_sizes(9) == list(range(1, 10))  # small budgets: every size
+    assert timed_sizes(65) == [*range(1, 9), 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 65]
+    assert timed_sizes(13)[-3:] == [10, 12, 13]  # the largest is always timed
+    line = filled({1: 1.0, 2: 2.0, 10: 6.0, 11: 7.5})
+    assert len(line) == 11 and line[:3] == (1.0, 2.0, 2.5) and line[9:] == (6.0, 7.5)

@@ -44,7 +44,8 @@ def profile_cost(*, target, drafter, family, context_len: int, max_depth: int, w
     (k = 0 is plain decoding), each for B sequences against a cached context of context_len.
     With a tree budget, also the target over m = 1..max(tree_budget, max_depth) + 1 new tokens under
     a tree attention mask (the chain of every depth is costed as a tree too), one drafter pass over
-    w = 1..tree_budget tree nodes per sequence, and at batch size 1 the tree engine's iteration.
+    w = 1..tree_budget tree nodes per sequence (both timed at `timed_sizes`, the sizes between read
+    off a straight line), and at batch size 1 the tree engine's iteration.
     `family` (workers/family.py) knows how to time a step of `drafter` and how it proposes."""
     device = next(target.parameters()).device
     dtype = next(target.parameters()).dtype
@@ -55,8 +56,8 @@ def profile_cost(*, target, drafter, family, context_len: int, max_depth: int, w
         draft_by_b.append(ms.pop("draft_ms"))
         verify_by_b.append(tuple(ms[f"verify_{k}"] for k in range(max_depth + 1)))
         if tree_budget:
-            tree_verify.append(tuple(ms[f"tree_verify_{m}"] for m in range(1, max(tree_budget, max_depth) + 2)))
-            tree_draft.append(tuple(ms[f"tree_draft_{w}"] for w in range(1, tree_budget + 1)))
+            tree_verify.append(filled({m: ms[f"tree_verify_{m}"] for m in timed_sizes(max(tree_budget, max_depth) + 1)}))
+            tree_draft.append(filled({w: ms[f"tree_draft_{w}"] for w in timed_sizes(tree_budget)}))
     one = list(batch_sizes).index(1)
     passes = engine_pass_ms(target, family.proposer(drafter), context_len, max_depth, warmup, repeats, seed,
                             device)
@@ -68,6 +69,32 @@ def profile_cost(*, target, drafter, family, context_len: int, max_depth: int, w
         verify_ms_by_batch=tuple(verify_by_b), pass_ms=tuple(passes), tree_verify_ms_by_batch=tuple(tree_verify),
         tree_draft_ms_by_batch=tuple(tree_draft), tree_pass_ms=tuple(tree_passes),
     )
+
+
+DENSE = 8  # sizes up to this are all timed; above it, four sizes per doubling
+
+
+def timed_sizes(largest: int) -> list[int]:
+    """The sizes 1..largest that are timed: every size up to DENSE, then 10, 12, 14, 16, 20, 24, 28,
+    32, 40, ..., and `largest`. Small passes are where the cost bends (flat while the device is
+    idle, then rising); past that it grows smoothly, so a budget of 64 costs 21 timed sizes, not 65."""
+    sizes, step = list(range(1, min(largest, DENSE) + 1)), DENSE // 4
+    size = DENSE
+    while size + step < largest:
+        size += step
+        sizes.append(size)
+        if size & (size - 1) == 0:  # a power of two: the next doubling takes steps twice as long
+            step *= 2
+    return sizes + [largest] if sizes[-1] != largest else sizes
+
+
+def filled(times: dict[int, float]) -> tuple[float, ...]:
+    """Milliseconds for every size 1..max(times), straight lines between the timed sizes."""
+    sizes = sorted(times)
+    out = []
+    for lo, hi in zip(sizes, sizes[1:]):
+        out += [times[lo] + (times[hi] - times[lo]) * (m - lo) / (hi - lo) for m in range(lo, hi)]
+    return tuple(out + [times[sizes[-1]]])
 
 
 PASSES_PER_CALL = 4
@@ -134,7 +161,7 @@ def _profile_batch(target, drafter, family, batch: int, context_len, max_depth, 
     calls = {"draft_ms": family.step_timer(drafter, target, ctx, context_len)}
     calls.update({f"verify_{k}": target_call(k + 1) for k in range(max_depth + 1)})
     if tree_budget:
-        calls.update({f"tree_verify_{m}": tree_call(m) for m in range(1, max(tree_budget, max_depth) + 2)})
+        calls.update({f"tree_verify_{m}": tree_call(m) for m in timed_sizes(max(tree_budget, max_depth) + 1)})
         calls.update({f"tree_draft_{w}": run for w, run in
-                      family.level_timers(drafter, target, ctx, context_len, range(1, tree_budget + 1)).items()})
+                      family.level_timers(drafter, target, ctx, context_len, timed_sizes(tree_budget)).items()})
     return _interleaved_medians(calls, warmup=warmup, repeats=repeats, device=device)
