@@ -51,6 +51,7 @@ class Tracker:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
         self.artifact_root = artifact_root
+        self._starts: dict[str, int] = {}  # run id -> its start time, the timestamp of its metrics
         if tracking_uri.startswith("sqlite:///"):
             self.client = self._sqlite_client(Path(tracking_uri.removeprefix("sqlite:///")))
         else:
@@ -122,11 +123,20 @@ class Tracker:
         return run.info.run_id
 
     def log_metrics(self, run_id: str, values: dict[str, float]) -> None:
-        self._batch(run_id, metrics=[Metric(k, float(v), 0, 0) for k, v in values.items()])
+        at = self._stamp(run_id)
+        self._batch(run_id, metrics=[Metric(k, float(v), at, 0) for k, v in values.items()])
 
     def log_series(self, run_id: str, name: str, points: list[tuple[int, float]]) -> None:
         """A metric with step = depth (or training step)."""
-        self._batch(run_id, metrics=[Metric(name, float(v), 0, int(step)) for step, v in points])
+        at = self._stamp(run_id)
+        self._batch(run_id, metrics=[Metric(name, float(v), at, int(step)) for step, v in points])
+
+    def _stamp(self, run_id: str) -> int:
+        """The timestamp of a run's metrics: when the run started (milliseconds since the epoch).
+        One per run, so a value logged again (a record retried after a crash) is the same point."""
+        if run_id not in self._starts:
+            self._starts[run_id] = self._call(self.client.get_run, run_id).info.start_time
+        return self._starts[run_id]
 
     def log_artifacts(self, run_id: str, folder: str | Path, artifact_path: str | None = None) -> None:
         self._call(self.client.log_artifacts, run_id, str(folder), artifact_path)

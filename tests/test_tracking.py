@@ -49,6 +49,11 @@ def test_parent_and_child_runs_with_curve(tmp_path):
     assert run.data.params["evaluation.max_depth"] == "3"
     acc = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "accept_len"))
     assert acc == [(0, 1.0), (1, 1.8), (2, 2.2), (3, 2.4)]
+    # metrics carry the run's real start time (not 1970), one per run: a value logged again is the same point
+    assert {m.timestamp for m in client.get_metric_history(run_id, "accept_len")} == {run.info.start_time}
+    assert run.info.start_time > 1_700_000_000_000
+    Tracker(uri).log_series(run_id, "accept_len", [(1, 1.8)])  # a record retried by another driver
+    assert len(client.get_metric_history(run_id, "accept_len")) == 4
     surv = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "survival"))
     assert surv == [(1, 0.8), (2, 0.4), (3, 0.2)]
     other_acc = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "accept_len/no_template/T0"))
