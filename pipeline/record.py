@@ -108,7 +108,8 @@ def record_measured(job: Job, result: Measured, rec: Recording) -> None:
     for key, points in series.items():
         tracker.log_series(run_id, key, points)
     with tempfile.TemporaryDirectory() as tmp:
-        tracker.log_artifact(run_id, plot_curve(curves[0], Path(tmp) / "curve.png", pair))
+        tracker.log_artifact(run_id, plot_curve(curves[0], Path(tmp) / "curve.png", pair,
+                                                 result.per_prompt[0] if result.per_prompt else ()))
         if len(curves) > 1:
             labelled = {curve_suffix(c).strip("/"): c for c in curves}
             tracker.log_artifact(run_id, plot_comparison(labelled, Path(tmp) / "conditions.png", pair))

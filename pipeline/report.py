@@ -5,6 +5,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from pipeline.core.choice import bands, bootstrap_accept_len
 from pipeline.core.types import DRIFT_NAMES, Curve, DepthChoice
 
 
@@ -27,15 +28,25 @@ def save_figure(fig, path: str | Path, title: str) -> Path:
     return Path(path)
 
 
-def plot_curve(curve: Curve, path: str | Path, title: str) -> Path:
+def plot_curve(curve: Curve, path: str | Path, title: str, per_prompt=(), level: float = 0.9) -> Path:
+    """Acceptance and accept_len by depth; with the curve's per-prompt rows, survival and accept_len
+    carry their bootstrap interval over prompts (shaded)."""
     plt = pyplot()
     depths = list(range(1, curve.max_depth + 1))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6))
     ax1.plot(depths, curve.cond_accept, "o-", label="cond_accept")
     ax1.plot(depths, curve.survival, "s-", label="survival")
-    ax1.set(xlabel="depth j", ylabel="probability", ylim=(0, 1.02), title="acceptance per depth")
-    ax1.legend()
     ax2.plot(range(curve.max_depth + 1), curve.accept_len, "o-", color="C2")
+    if len(per_prompt) > 1:
+        boots = bootstrap_accept_len(per_prompt, n_boot=1000, seed=0)
+        survival = [[b[j] - b[j - 1] for j in depths] for b in boots]  # accept_len(k) = 1 + sum of survival
+        (lo, hi), (s_lo, s_hi) = zip(*bands(boots, level)), zip(*bands(survival, level))
+        ax1.fill_between(depths, s_lo, s_hi, color="C1", alpha=0.2, label=f"{level:.0%} interval (prompts)")
+        ax2.fill_between(range(curve.max_depth + 1), lo, hi, color="C2", alpha=0.2,
+                         label=f"{level:.0%} interval (prompts)")
+        ax2.legend(fontsize=8)
+    ax1.set(xlabel="depth j", ylabel="probability", ylim=(0, 1.02), title="acceptance per depth")
+    ax1.legend(fontsize=8)
     ax2.set(xlabel="depth k", ylabel="accept_len(k)", title="tokens per target pass")
     return save_figure(fig, path, f"{title}  (T={curve.temperature}, {curve.num_chains} chains)")
 

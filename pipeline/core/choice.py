@@ -54,6 +54,16 @@ def bootstrap_walks(walks, *, n_boot: int, seed: int) -> list[list[float]]:
     return [walk_accept_len([walks[rng.randrange(n)] for _ in range(n)]) for _ in range(n_boot)]
 
 
+def bands(boots: Sequence[Sequence[float]], level: float = 0.9) -> list[tuple[float, float]]:
+    """The central `level` interval of every position across bootstrap resamples (one row each)."""
+    tail, n = (1.0 - level) / 2, len(boots)
+    out = []
+    for column in zip(*boots):
+        values = sorted(column)
+        out.append((values[int(round(tail * (n - 1), 9))], values[int(round((1 - tail) * (n - 1), 9))]))
+    return out
+
+
 def choose_depth(curve: Curve, cost_ratio: float, *, pass_cost: Sequence[float] | None = None, per_prompt=None,
                  walks=None, seed: int = 0, n_boot: int = 1000, level: float = 0.9) -> DepthChoice:
     """The k in 0..max_depth with the highest predicted speedup (the smaller k on a tie).
@@ -86,8 +96,7 @@ def choose_depth(curve: Curve, cost_ratio: float, *, pass_cost: Sequence[float] 
                 chosen = k
                 break
     if on_curve:
-        values = sorted(b[chosen] for b in on_curve)
-        ci = (values[int(tail * (n_boot - 1))], values[int((1 - tail) * (n_boot - 1))])
+        ci = bands(on_curve, level)[chosen]
     return DepthChoice(
         depth=chosen,
         accept_len=curve.accept_len[chosen],
