@@ -7,23 +7,19 @@ ORM rows stay inside this package.
 from __future__ import annotations
 
 import json
-import logging
-import os
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, ProgrammingError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
-from db import queries, writes
-from db.engine import mask_url, open_database
+from db import writes
+from db.errors import StoreError
 from db.owners import owner_gone
-from db.errors import StoreError, one_line
-from db.queries import BEST_KEYS, DIAGNOSTIC_KEYS, SPEEDUP_KEYS, TUNED_KEYS, TUNED_OPTIONAL_KEYS, WORKLOAD_KEYS
+from db.reports import Reports
+from db.queries import BEST_KEYS, DIAGNOSTIC_KEYS, SPEEDUP_KEYS, TUNED_KEYS, TUNED_OPTIONAL_KEYS
 from db.tables import Base, Experiment, ExperimentJob, Job, utc_now
 
 if TYPE_CHECKING:  # only read through attributes, so db does not import pipeline at runtime
@@ -39,40 +35,16 @@ __all__ = [
     "TUNED_OPTIONAL_KEYS",
 ]
 
-
-log = logging.getLogger(__name__)
-T = TypeVar("T")
-
 # INSERT ... ON CONFLICT DO NOTHING, so concurrent or replayed inserts of the same key are safe.
 _INSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 
 
-class Store:
+class Store(Reports):
     """Experiments, jobs, curves, diagnostics, speedup checks and tuned configs in a database.
 
-    The database is a SQLite file or PostgreSQL.
+    The database is a SQLite file or PostgreSQL; reads for reports are in db/reports.py, the
+    connection and its retries in db/connection.py.
     """
-
-    def __init__(self, url: str, *, retry_s: float | None = None) -> None:
-        """Open ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``), upgrade its schema.
-
-        Raises StoreError, naming the URL with its password masked, when that fails. Reads and
-        writes ride out a database that is briefly unavailable for ``retry_s`` seconds
-        (default: $SPECFLEET_DB_RETRY_S, else 60).
-        """
-        self.retry_s = retry_s if retry_s is not None else float(os.environ.get("SPECFLEET_DB_RETRY_S", 60))
-        self.url = mask_url(url)
-        self._engine = open_database(url)
-        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
-
-    def close(self) -> None:
-        self._engine.dispose()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     # -- experiments ------------------------------------------------------------------------
 
@@ -286,163 +258,6 @@ class Store:
         def body(session: Session):
             return writes.add_version(session, values, job_id=None, source="production")
         return self._write("add_production_config", body)
-
-    # -- reports ----------------------------------------------------------------------------
-
-    def best(
-        self, *, target: str | None = None, drafter: str | None = None, history: bool = False
-    ) -> list[dict]:
-        """The active tuned-config version per (target, drafter, hardware, condition).
-
-        With ``history``, every version, newest first within a workload. Rows have BEST_KEYS;
-        ``schedule`` is the parsed [[lo, hi, k], ...] or None, ``job_hash`` None for a
-        production version.
-        """
-        def body(session: Session):
-            return queries.best_configs(session, target=target, drafter=drafter, history=history)
-        return self._read(body)
-
-    def curve_rows(
-        self,
-        *,
-        target: str | None = None,
-        drafter: str | None = None,
-        condition: str | None = None,
-        category: str | None = "",
-    ) -> list[dict]:
-        """One dict per stored depth, sorted by target, drafter, condition, temperature, depth.
-        By default the curves over every prompt; ``category`` one prompt category's, None all."""
-        def body(session: Session):
-            return queries.curve_points(
-                session, target=target, drafter=drafter, condition=condition, category=category
-            )
-        return self._read(body)
-
-    def with_categories(self, rows: list[dict]) -> list[dict]:
-        """`best` rows, each with `categories`: the per-category depths of the select job behind it
-        (for a production version, of the newest offline version of its workload), [] for none."""
-        offline: dict[tuple, str] = {}
-        for r in self.best(history=True):  # newest version first within a workload
-            if r["source"] == "offline" and r["job_hash"]:
-                offline.setdefault(tuple(r[k] for k in WORKLOAD_KEYS), r["job_hash"])
-        source = [r["job_hash"] or offline.get(tuple(r[k] for k in WORKLOAD_KEYS)) for r in rows]
-        found = self.category_depths([h for h in source if h])
-        return [{**r, "categories": found.get(h, [])} for r, h in zip(rows, source)]
-
-    def with_tree_checks(self, rows: list[dict]) -> list[dict]:
-        """`best` rows, each with `tree_measured_over_chain`: the chosen tree's tokens/s over the chain's
-        in the newest speedup check that ran that tree for the pairing on that hardware (None: none did)."""
-        def key(row: dict) -> tuple:
-            return row["target"], row["drafter"], row["hardware"], json.dumps(row["tree"])
-
-        newest = {}  # sorted by job within a pairing and hardware: the newest is written last
-        for check in self._read(lambda session: queries.tree_check_values(session, target=None, drafter=None,
-                                                                          chosen_only=True)):
-            newest[key(check)] = check["tokens_per_s"] / check["chain_tokens_per_s"]
-        return [{**r, "tree_measured_over_chain": newest.get(key(r)) if r.get("tree") else None} for r in rows]
-
-    def category_depths(self, job_hashes: Sequence[str]) -> dict[str, list[dict]]:
-        """The depth chosen per prompt category by each of these select jobs, by job hash."""
-        def body(session: Session):
-            ids = dict(session.execute(select(Job.id, Job.job_hash).where(Job.job_hash.in_(list(job_hashes)))).all())
-            return {ids[job_id]: rows for job_id, rows in queries.category_depths(session, list(ids)).items()}
-        return self._read(body)
-
-    def diagnostic_rows(
-        self,
-        *,
-        target: str | None = None,
-        drafter: str | None = None,
-        condition: str | None = None,
-    ) -> list[dict]:
-        """DIAGNOSTIC_KEYS plus job_hash, sorted by target, drafter, condition, name, depth."""
-        def body(session: Session):
-            return queries.diagnostic_values(
-                session, target=target, drafter=drafter, condition=condition
-            )
-        return self._read(body)
-
-    def rank_accept_rows(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
-        """RANK_ACCEPT_KEYS plus job_hash: acceptance by rank and depth beside each curve."""
-        return self._read(lambda session: queries.rank_accept_values(session, target=target, drafter=drafter))
-
-    def tree_check_rows(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
-        """TREE_CHECK_KEYS plus job_hash and the decoded `tree`: every tree a speedup check ran."""
-        return self._read(lambda session: queries.tree_check_values(session, target=target, drafter=drafter))
-
-    def speedup_rows(
-        self, *, target: str | None = None, drafter: str | None = None
-    ) -> list[dict]:
-        """SPEEDUP_KEYS plus job_hash, one dict per benchmarked depth.
-
-        Sorted by target, drafter, hardware, condition, temperature, job, then depth.
-        """
-        def body(session: Session):
-            return queries.speedup_checks(session, target=target, drafter=drafter)
-        return self._read(body)
-
-    def experiments(self) -> list[dict]:
-        def body(session: Session):
-            return queries.experiment_summaries(session)
-        return self._read(body)
-
-    def jobs(self, experiment_id: int | None = None) -> list[dict]:
-        def body(session: Session):
-            return queries.job_summaries(session, experiment_id)
-        return self._read(body)
-
-    def _write(self, action: str, body: Callable[[Session], T]) -> T:
-        """``body`` in one transaction: committed when it returns, rolled back if it raises.
-
-        A transient failure (the database restarting or unreachable, a lock held too long) is
-        retried with backoff for up to ``retry_s`` seconds; the transaction is rolled back each
-        time, so a write lands once or not at all. A refused write (a constraint) is not retried.
-        """
-        return self._retrying(action, body, begin=True)
-
-    def _read(self, body: Callable[[Session], T]) -> T:
-        """``body`` in a read session, retried as writes are."""
-        return self._retrying("read", body, begin=False)
-
-    def _retrying(self, action: str, body: Callable[[Session], T], *, begin: bool) -> T:
-        deadline = time.monotonic() + self.retry_s
-        delay = 0.05
-        while True:
-            try:
-                if begin:
-                    with self._sessions.begin() as session:
-                        return body(session)
-                with self._sessions() as session:
-                    return body(session)
-            except IntegrityError as error:
-                raise StoreError(f"{action} refused by {self.url}: {one_line(error)}") from error
-            except ProgrammingError as error:
-                raise StoreError(_schema_message(action, self.url, error)) from error
-            except (OperationalError, InterfaceError) as error:
-                if _is_schema_error(error):
-                    raise StoreError(_schema_message(action, self.url, error)) from error
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise StoreError(f"{action}: database {self.url} unavailable for {self.retry_s:g} s "
-                                     f"(--retry-s, SPECFLEET_DB_RETRY_S): {one_line(error)}") from error
-                wait = min(delay, remaining)
-                log.warning("%s: database %s: %s; retrying in %.2f s", action, self.url, one_line(error), wait)
-                time.sleep(wait)
-                delay = min(2 * delay, 2.0)
-
-
-_SQLITE_SCHEMA = ("no such table", "no such column", "has no column named")
-
-
-def _is_schema_error(error: OperationalError | InterfaceError) -> bool:
-    """SQLite reports a table or column the database lacks as an OperationalError; waiting never fixes it."""
-    return any(text in str(error.orig) for text in _SQLITE_SCHEMA)
-
-
-def _schema_message(action: str, url: str, error: Exception) -> str:
-    return (f"{action}: the schema of database {url} does not match this specfleet version (a table or "
-            f"column is missing or different): {one_line(error)}")
-
 
 def _insert_ignore(session: Session, model: type[Base], values: dict) -> None:
     """Insert unless a row with the same primary or unique key already exists."""

@@ -1,0 +1,96 @@
+"""A database connection whose reads and writes ride out a brief outage: each body runs in one
+session (one transaction for a write), retried with backoff while the database is unreachable,
+never when it refuses the write or its schema is not this version's."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Self, TypeVar
+
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError, ProgrammingError
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.engine import mask_url, open_database
+from db.errors import StoreError, one_line
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Connected:
+    """An open database (the schema upgraded) with retried reads and writes."""
+
+    def __init__(self, url: str, *, retry_s: float | None = None) -> None:
+        """Open ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``), upgrade its schema.
+
+        Raises StoreError, naming the URL with its password masked, when that fails. Reads and
+        writes ride out a database that is briefly unavailable for ``retry_s`` seconds
+        (default: $SPECFLEET_DB_RETRY_S, else 60).
+        """
+        self.retry_s = retry_s if retry_s is not None else float(os.environ.get("SPECFLEET_DB_RETRY_S", 60))
+        self.url = mask_url(url)
+        self._engine = open_database(url)
+        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _write(self, action: str, body: Callable[[Session], T]) -> T:
+        """``body`` in one transaction: committed when it returns, rolled back if it raises.
+
+        A transient failure (the database restarting or unreachable, a lock held too long) is
+        retried with backoff for up to ``retry_s`` seconds; the transaction is rolled back each
+        time, so a write lands once or not at all. A refused write (a constraint) is not retried.
+        """
+        return self._retrying(action, body, begin=True)
+
+    def _read(self, body: Callable[[Session], T]) -> T:
+        """``body`` in a read session, retried as writes are."""
+        return self._retrying("read", body, begin=False)
+
+    def _retrying(self, action: str, body: Callable[[Session], T], *, begin: bool) -> T:
+        deadline = time.monotonic() + self.retry_s
+        delay = 0.05
+        while True:
+            try:
+                if begin:
+                    with self._sessions.begin() as session:
+                        return body(session)
+                with self._sessions() as session:
+                    return body(session)
+            except IntegrityError as error:
+                raise StoreError(f"{action} refused by {self.url}: {one_line(error)}") from error
+            except ProgrammingError as error:
+                raise StoreError(_schema_message(action, self.url, error)) from error
+            except (OperationalError, InterfaceError) as error:
+                if _is_schema_error(error):
+                    raise StoreError(_schema_message(action, self.url, error)) from error
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise StoreError(f"{action}: database {self.url} unavailable for {self.retry_s:g} s "
+                                     f"(--retry-s, SPECFLEET_DB_RETRY_S): {one_line(error)}") from error
+                wait = min(delay, remaining)
+                log.warning("%s: database %s: %s; retrying in %.2f s", action, self.url, one_line(error), wait)
+                time.sleep(wait)
+                delay = min(2 * delay, 2.0)
+
+
+_SQLITE_SCHEMA = ("no such table", "no such column", "has no column named")
+
+
+def _is_schema_error(error: OperationalError | InterfaceError) -> bool:
+    """SQLite reports a table or column the database lacks as an OperationalError; waiting never fixes it."""
+    return any(text in str(error.orig) for text in _SQLITE_SCHEMA)
+
+
+def _schema_message(action: str, url: str, error: Exception) -> str:
+    return (f"{action}: the schema of database {url} does not match this specfleet version (a table or "
+            f"column is missing or different): {one_line(error)}")
