@@ -68,11 +68,12 @@ class Connected:
                     return body(session)
             except IntegrityError as error:
                 raise StoreError(f"{action} refused by {self.url}: {one_line(error)}") from error
-            except ProgrammingError as error:
-                raise StoreError(_schema_message(action, self.url, error)) from error
-            except (OperationalError, InterfaceError) as error:
+            except (OperationalError, InterfaceError, ProgrammingError) as error:
                 if _is_schema_error(error):
-                    raise StoreError(_schema_message(action, self.url, error)) from error
+                    raise StoreError(f"{action}: the schema of database {self.url} does not match this specfleet "
+                                     f"version (a table or column is missing): {one_line(error)}") from error
+                if isinstance(error, ProgrammingError):
+                    raise
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise StoreError(f"{action}: database {self.url} unavailable for {self.retry_s:g} s "
@@ -84,13 +85,10 @@ class Connected:
 
 
 _SQLITE_SCHEMA = ("no such table", "no such column", "has no column named")
+_PG_SCHEMA = ("42P01", "42703")  # SQLSTATE undefined_table, undefined_column
 
 
-def _is_schema_error(error: OperationalError | InterfaceError) -> bool:
-    """SQLite reports a table or column the database lacks as an OperationalError; waiting never fixes it."""
-    return any(text in str(error.orig) for text in _SQLITE_SCHEMA)
-
-
-def _schema_message(action: str, url: str, error: Exception) -> str:
-    return (f"{action}: the schema of database {url} does not match this specfleet version (a table or "
-            f"column is missing or different): {one_line(error)}")
+def _is_schema_error(error: OperationalError | InterfaceError | ProgrammingError) -> bool:
+    """A table or column the database lacks (SQLite says so in an OperationalError's text,
+    PostgreSQL by its SQLSTATE): waiting never fixes it."""
+    return getattr(error.orig, "sqlstate", None) in _PG_SCHEMA or any(text in str(error.orig) for text in _SQLITE_SCHEMA)

@@ -119,6 +119,7 @@ class Tracker:
             self.client.create_run, experiment_id, run_name=name,
             tags={PARENT_TAG: parent_run_id, TAG_JOB: job_hash, TAG_KIND: kind, **tags},
         )
+        self._starts[run.info.run_id] = run.info.start_time  # its metrics' timestamp, without asking again
         self._log_params(run.info.run_id, params)
         return run.info.run_id
 
