@@ -211,6 +211,7 @@ def experiment_summaries(session: Session) -> list[dict]:
             "id": row.id,
             "name": row.name,
             "spec_hash": row.spec_hash,
+            "code_version": row.code_version,
             "created_at": iso(row.created_at),
             "mlflow_run_id": row.mlflow_run_id,
             "job_counts": {s: counts.get(row.id, {}).get(s, 0) for s in JOB_STATUSES},
@@ -237,6 +238,25 @@ def job_summaries(session: Session, experiment_id: int | None) -> list[dict]:
             "started_at": iso(job.started_at),
             "finished_at": iso(job.finished_at),
             "error": job.error,
+        }
+        for job in session.scalars(statement)
+    ]
+
+
+def experiment_results(session: Session, experiment_id: int) -> list[dict]:
+    """The finished jobs of one experiment with their configs and results (parsed JSON), by job id."""
+    statement = (select(Job).join(ExperimentJob, ExperimentJob.job_id == Job.id)
+                 .where(ExperimentJob.experiment_id == experiment_id, Job.status == "done").order_by(Job.id))
+    return [
+        {
+            "job_hash": job.job_hash,
+            "kind": job.kind,
+            "name": job.name,
+            "mlflow_run_id": job.mlflow_run_id,
+            "duration_s": job.duration_s,
+            "finished_at": iso(job.finished_at),
+            "config": json.loads(job.config_json),
+            "result": json.loads(job.result_json) if job.result_json is not None else None,
         }
         for job in session.scalars(statement)
     ]

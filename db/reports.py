@@ -111,6 +111,11 @@ class Reports(Connected):
             return queries.experiment_summaries(session)
         return self._read(body)
 
+    def experiment_results(self, experiment_id: int) -> list[dict]:
+        """The finished jobs of one experiment: kind, name, job_hash, mlflow_run_id, duration_s,
+        finished_at, and the parsed `config` and `result` (the kind's contracts, as JSON)."""
+        return self._read(lambda session: queries.experiment_results(session, experiment_id))
+
     def jobs(self, experiment_id: int | None = None) -> list[dict]:
         def body(session: Session):
             return queries.job_summaries(session, experiment_id)

@@ -1,4 +1,4 @@
-"""The `specfleet` command: validate, run, best, speedups, status, autotune, drift.
+"""The `specfleet` command: validate, run, best, speedups, status, autotune, drift, report.
 
 The CLI takes a spec path and switches that say where things live (work directory, database,
 MLflow, Ray cluster); everything that changes results is in the spec.
@@ -13,42 +13,16 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from db.secrets import mask_secrets
+from pipeline import cli_results
+from pipeline.cli_common import DbOpt, MlflowOpt, WorkdirOpt, db_url, err, mlflow_uri, open_store, out
 from pipeline.errors import SpecError, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Tune speculative-decoding depth and draft trees across a fleet.")
-out = Console(width=None if sys.stdout.isatty() else 120)  # no wrapping of tables in logs and pipes
-err = Console(stderr=True)
-
-WorkdirOpt = Annotated[Path, typer.Option("--workdir", help="Where the default SQLite stores and checkpoints live.")]
-DbOpt = Annotated[Optional[str], typer.Option("--db", help="Database URL (default: $SPECFLEET_DB or SQLite in the workdir).")]
-MlflowOpt = Annotated[Optional[str], typer.Option("--mlflow", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or SQLite in the workdir).")]
-
-
-def db_url(workdir: Path, db: str | None) -> str:
-    return db or os.environ.get("SPECFLEET_DB") or f"sqlite:///{(workdir / 'specfleet.db').resolve()}"
-
-
-def mlflow_uri(workdir: Path, uri: str | None) -> tuple[str, str | None]:
-    """(tracking URI, artifact root or None when a server decides)."""
-    chosen = uri or os.environ.get("MLFLOW_TRACKING_URI")
-    if chosen:
-        return chosen, None
-    return f"sqlite:///{(workdir / 'mlflow.db').resolve()}", str(workdir / "mlflow-artifacts")
-
-
-def _store(workdir: Path, db: str | None, retry_s: float | None = None):
-    from db.store import Store, StoreError
-
-    try:
-        return Store(db_url(workdir, db), retry_s=retry_s)
-    except StoreError as exc:
-        raise UserError(f"--db: {exc}") from None
 
 
 @app.command()
@@ -125,7 +99,7 @@ def _run(plan, parsed, text: str, workdir: Path, db, mlflow, cluster, retry_s: f
     uri, artifacts = mlflow_uri(workdir, mlflow)
     tracker = Tracker(uri, artifacts, retry_s=retry_s)
     tracker.check()
-    store = _store(workdir, db, retry_s)
+    store = open_store(workdir, db, retry_s)
     try:
         summary = run_plan(plan, spec=parsed, spec_text=text, store=store, tracker=tracker, workdir=workdir,
                            connect=cluster if callable(cluster) else lambda: cluster, console=err)
@@ -169,7 +143,7 @@ def _print_plan(plan, workdir: Path, db: str | None) -> None:
     url = db_url(workdir, db)
     store = None
     if not url.startswith("sqlite:///") or Path(url.removeprefix("sqlite:///")).is_file():
-        store = _store(workdir, db)
+        store = open_store(workdir, db)
     try:
         out.print(plan_table(plan, store))
     finally:
@@ -190,7 +164,7 @@ def best(
     db: DbOpt = None,
 ):
     """The chosen depth and draft tree per pairing (the active tuned config), from the database."""
-    store = _store(workdir, db)
+    store = open_store(workdir, db)
     try:
         rows = store.with_tree_checks(store.best(target=target, drafter=drafter, history=history))
         if by_category:
@@ -234,7 +208,7 @@ def speedups(
     db: DbOpt = None,
 ):
     """Predicted vs measured speedup per depth, from the engine benchmarks in the database."""
-    store = _store(workdir, db)
+    store = open_store(workdir, db)
     try:
         rows = store.speedup_rows(target=target, drafter=drafter)
         checks = [] if as_json else _benchmarks(store, rows)
@@ -271,7 +245,7 @@ def status(
     db: DbOpt = None,
 ):
     """Experiments and their jobs (a failed job's first error line; --job for all of it)."""
-    store = _store(workdir, db)
+    store = open_store(workdir, db)
     try:
         if job is not None:
             _show_job(store.jobs(), job)
@@ -336,7 +310,7 @@ def autotune(
     _in_range("--temperature", temperature, 0.0, 2.0)
     if cost_ratio is not None:
         _in_range("--cost-ratio", cost_ratio, 0.0, 1000.0, low_open=True)
-    store = _store(workdir, db)
+    store = open_store(workdir, db)
     if from_metrics:
         try:
             name = drafter or (Path(drafter_path).name if drafter_path else None)
@@ -404,7 +378,7 @@ def drift(
     accept_len by condition, as Markdown tables."""
     from pipeline import findings
 
-    store = _store(workdir, db)
+    store = open_store(workdir, db)
     try:
         curves, diags = findings.experiment_rows(store, experiment)
     finally:
@@ -434,6 +408,9 @@ def drift(
         findings.plot_findings(curves, diags, condition=condition, temperature=temperature, path=plot,
                                title=experiment or "drift")
         out.print(f"plot: {plot}")
+
+
+app.command()(cli_results.report)
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from pipeline.core.choice import bands, bootstrap_accept_len
+from pipeline.core.intervals import curve_bands
 from pipeline.core.types import DRIFT_NAMES, Curve, DepthChoice
 
 
@@ -17,6 +17,14 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def integer_depths(axes) -> None:
+    """Whole-number ticks on the x axes: depths and tree sizes."""
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def save_figure(fig, path: str | Path, title: str) -> Path:
@@ -38,11 +46,10 @@ def plot_curve(curve: Curve, path: str | Path, title: str, per_prompt=(), level:
     ax1.plot(depths, curve.survival, "s-", label="survival")
     ax2.plot(range(curve.max_depth + 1), curve.accept_len, "o-", color="C2")
     if len(per_prompt) > 1:
-        boots = bootstrap_accept_len(per_prompt, n_boot=1000, seed=0)
-        survival = [[b[j] - b[j - 1] for j in depths] for b in boots]  # accept_len(k) = 1 + sum of survival
-        (lo, hi), (s_lo, s_hi) = zip(*bands(boots, level)), zip(*bands(survival, level))
-        ax1.fill_between(depths, s_lo, s_hi, color="C1", alpha=0.2, label=f"{level:.0%} interval (prompts)")
-        ax2.fill_between(range(curve.max_depth + 1), lo, hi, color="C2", alpha=0.2,
+        survival, accept_len = curve_bands(curve, per_prompt, level=level)
+        ax1.fill_between(depths, survival.lo, survival.hi, color="C1", alpha=0.2,
+                         label=f"{level:.0%} interval (prompts)")
+        ax2.fill_between(range(curve.max_depth + 1), accept_len.lo, accept_len.hi, color="C2", alpha=0.2,
                          label=f"{level:.0%} interval (prompts)")
         ax2.legend(fontsize=8)
     ax1.set(xlabel="depth j", ylabel="probability", ylim=(0, 1.02), title="acceptance per depth")
@@ -120,10 +127,7 @@ def plot_tree_check(check, path: str | Path, title: str) -> Path:
     ax2.set(xlabel="draft tokens in the tree", ylabel="speedup over plain decoding",
             title=f"chosen tree vs chain: {check.over_chain:.3f}x measured")
     ax2.legend(fontsize=8)
-    from matplotlib.ticker import MaxNLocator
-
-    for ax in (ax1, ax2):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    integer_depths((ax1, ax2))
     return save_figure(fig, path, title)
 
 

@@ -146,8 +146,8 @@ class Tracker:
         """A text artifact (a job's worker log)."""
         self._call(self.client.log_text, run_id, text, name)
 
-    def log_artifact(self, run_id: str, path: str | Path) -> None:
-        self._call(self.client.log_artifact, run_id, str(path))
+    def log_artifact(self, run_id: str, path: str | Path, artifact_path: str | None = None) -> None:
+        self._call(self.client.log_artifact, run_id, str(path), artifact_path)
 
     def end_abandoned(self, experiment_id: str, *, done: set[str], claimed: set[str]) -> int:
         """End the runs a dead driver left RUNNING in the experiment: those of jobs that are done

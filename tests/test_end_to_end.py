@@ -200,6 +200,46 @@ def test_a_changed_evaluation_reruns_only_what_it_affects(first_run, ray_cluster
     assert len(client.search_runs([exp.experiment_id])) == 12 + 1 + 8
 
 
+def test_report_pages_render_in_chromium_and_land_in_mlflow(first_run):
+    """After the changed rerun: the report of the newest e2e run, and the two runs compared."""
+    import browser
+
+    tmp_path, _, _ = first_run
+    if browser.chromium() is None and not browser.required():
+        pytest.skip("chromium is not installed")
+    store = _store(tmp_path)
+    first, second = store.experiments()
+    store.close()
+    client, exp = _mlflow(tmp_path)
+    before = len(client.search_runs([exp.experiment_id]))
+    wrong = specfleet("report", "e2e@99", cwd=tmp_path)
+    assert wrong.returncode == 1 and wrong.stderr.count("\n") == 1
+    assert "EXPERIMENT" in wrong.stderr and f"e2e@{first['id']}" in wrong.stderr
+    assert not (tmp_path / ".specfleet" / "reports" / "e2e_99").exists()
+    pages = {}
+    for args in (("e2e",), (f"e2e@{first['id']}", f"e2e@{second['id']}")):
+        made = specfleet("report", *args, cwd=tmp_path)
+        assert made.returncode == 0, made.stderr[-3000:]
+        page = Path(made.stdout.split("report: ")[1].split(" (")[0])
+        pages[args] = page = page if page.is_absolute() else tmp_path / page
+        rendered = browser.render(page)
+        pngs = sorted(page.parent.glob("*.png"))
+        assert rendered.errors == [] and rendered.title.startswith("specfleet report: e2e")
+        assert len(rendered.images) == len(pngs) >= 2
+        assert all(i["complete"] and i["naturalWidth"] > 100 and i["src"].startswith("data:image/png;base64,")
+                   for i in rendered.images)
+    single = pages[("e2e",)].read_text()
+    for section in ("Tuned configs", "Acceptance and survival by depth", "Predicted and measured speedup by depth",
+                    "Drift diagnostics by depth", "rms by depth", "Predicted against measured speedup"):
+        assert section in single
+    assert len(list(pages[("e2e",)].parent.glob("*_speedup.png"))) == 2  # one per pairing
+    # logged to each experiment's own run: the newest run's page, and the comparison under the first run
+    assert len(client.search_runs([exp.experiment_id])) == before
+    for run_id, folder in ((second["mlflow_run_id"], "report"), (first["mlflow_run_id"], f"report-vs-e2e_{second['id']}")):
+        logged = {a.path for a in client.list_artifacts(run_id, folder)}
+        assert f"{folder}/report.html" in logged and f"{folder}/tables.md" in logged
+
+
 def test_a_gpu_request_the_cluster_cannot_meet_is_refused_before_anything_is_written(first_run, ray_cluster):
     tmp_path, _, _ = first_run
     store = _store(tmp_path)

@@ -1,0 +1,41 @@
+"""What the `specfleet` commands share: the consoles, the switches that say where things live, and
+opening the database they name."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from pipeline.errors import UserError
+
+out = Console(width=None if sys.stdout.isatty() else 120)  # no wrapping of tables in logs and pipes
+err = Console(stderr=True)
+
+WorkdirOpt = Annotated[Path, typer.Option("--workdir", help="Where the default SQLite stores and checkpoints live.")]
+DbOpt = Annotated[Optional[str], typer.Option("--db", help="Database URL (default: $SPECFLEET_DB or SQLite in the workdir).")]
+MlflowOpt = Annotated[Optional[str], typer.Option("--mlflow", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or SQLite in the workdir).")]
+
+
+def db_url(workdir: Path, db: str | None) -> str:
+    return db or os.environ.get("SPECFLEET_DB") or f"sqlite:///{(workdir / 'specfleet.db').resolve()}"
+
+
+def mlflow_uri(workdir: Path, uri: str | None) -> tuple[str, str | None]:
+    """(tracking URI, artifact root or None when a server decides)."""
+    chosen = uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if chosen:
+        return chosen, None
+    return f"sqlite:///{(workdir / 'mlflow.db').resolve()}", str(workdir / "mlflow-artifacts")
+
+
+def open_store(workdir: Path, db: str | None, retry_s: float | None = None):
+    from db.store import Store, StoreError
+
+    try:
+        return Store(db_url(workdir, db), retry_s=retry_s)
+    except StoreError as exc:
+        raise UserError(f"--db: {exc}") from None

@@ -1,0 +1,49 @@
+"""`specfleet report`: pages of stored results (HTML with its figures inside, PNGs and tables.md beside it),
+also logged to the experiment's MLflow run."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from pipeline.cli_common import DbOpt, MlflowOpt, WorkdirOpt, err, mlflow_uri, open_store, out
+
+
+def report(
+    experiment: Annotated[str, typer.Argument(help="Experiment name (its newest run).")],
+    other: Annotated[Optional[str], typer.Argument(help="A second experiment to compare it with.")] = None,
+    folder: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.html, its PNGs and tables.md "
+                                                   "(default: <workdir>/reports/<experiment>).")] = None,
+    workdir: WorkdirOpt = Path(".specfleet"),
+    db: DbOpt = None,
+    mlflow: MlflowOpt = None,
+):
+    """One HTML page of an experiment's stored results: tuned configs with provenance, acceptance and speedup
+    by depth with bootstrap intervals, drift diagnostics, conditions, trees. With OTHER, the two compared."""
+    from pipeline.report_data import load_experiment
+    from pipeline.report_page import comparison_page, experiment_page, slug
+    from pipeline.tracking import Tracker
+
+    store = open_store(workdir, db)
+    try:
+        record = load_experiment(store, experiment)
+        second = load_experiment(store, other) if other is not None else None
+    finally:
+        store.close()
+    name = slug(experiment) + (f"_vs_{slug(other)}" if other is not None else "")
+    folder = folder or workdir / "reports" / name
+    tracker = Tracker(*mlflow_uri(workdir, mlflow))
+    if record.mlflow_run_id:
+        tracker.check()  # a bad --mlflow fails before anything is drawn
+    folder.mkdir(parents=True, exist_ok=True)
+    page = comparison_page(record, second, folder) if second else experiment_page(record, folder)
+    html = page.write(f"specfleet report: {experiment}" + (f" against {other}" if other else ""))
+    out.print(f"report: {html} ({len(page.figures)} figures; tables: {folder / 'tables.md'})", soft_wrap=True)
+    if record.mlflow_run_id:
+        where = "report" if second is None else f"report-vs-{slug(other)}"
+        for path in (html, folder / "tables.md", *page.figures):
+            tracker.log_artifact(record.mlflow_run_id, path, where)
+        out.print(f"logged to MLflow run {record.mlflow_run_id} under {where}/", soft_wrap=True)
+    else:
+        err.print(f"experiment {experiment} has no MLflow run: the report is only in {folder}")
