@@ -1,4 +1,4 @@
-"""The `specfleet` command: validate, run, best, speedups, status, autotune, drift, report.
+"""The `specfleet` command: validate, run, best, speedups, status, autotune, drift, report, bench.
 
 The CLI takes a spec path and switches that say where things live (work directory, database,
 MLflow, Ray cluster); everything that changes results is in the spec.
@@ -411,6 +411,7 @@ def drift(
 
 
 app.command()(cli_results.report)
+app.command()(cli_results.bench)
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
-"""`specfleet report`: pages of stored results (HTML with its figures inside, PNGs and tables.md beside it),
-also logged to the experiment's MLflow run."""
+"""`specfleet report` (pages of stored results: HTML with its figures inside, PNGs and tables.md beside it,
+also logged to the experiment's MLflow run) and `specfleet bench` (what specfleet costs to run)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,3 +47,24 @@ def report(
         out.print(f"logged to MLflow run {record.mlflow_run_id} under {where}/", soft_wrap=True)
     else:
         err.print(f"experiment {experiment} has no MLflow run: the report is only in {folder}")
+
+
+def bench(
+    spec: Annotated[Path, typer.Option("--spec", help="The experiment measured on.")] = Path("experiments/bench.yaml"),
+    folder: Annotated[Path, typer.Option("--out", help="Folder for bench.json and bench.md.")] = Path("bench-results"),
+    jobs: Annotated[int, typer.Option("--jobs", min=1, max=100_000, help="Tiny jobs for the orchestration overhead.")] = 200,
+    train_steps: Annotated[int, typer.Option("--train-steps", min=2, max=10_000, help="Training steps timed per TTT depth.")] = 20,
+    workdir: WorkdirOpt = Path(".specfleet-bench"),
+):
+    """What specfleet costs to run, side by side: the curve against a per-depth sweep, the engine against
+    HF generate, autotune against brute force, orchestration overhead, training speed. Not a test."""
+    from pipeline.bench import run_bench
+
+    if not spec.is_file():
+        from pipeline.errors import UserError
+
+        raise UserError(f"--spec: no such file {spec}")
+    run_bench(spec=spec, workdir=workdir, out=folder, jobs=jobs, ttt_depths=(1, 2, 4, 8), train_steps=train_steps,
+              log=lambda line: err.print(line, markup=False, soft_wrap=True, highlight=False))
+    out.print((folder / "bench.md").read_text(), markup=False, soft_wrap=True)
+    out.print(f"bench: {folder / 'bench.json'}, {folder / 'bench.md'}")
