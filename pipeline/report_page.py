@@ -97,6 +97,7 @@ def experiment_page(record, folder: Path) -> Page:
     if measured:
         page.heading("Acceptance and survival by depth")
         page.table(tab.accept_len_table(measured))
+        page.table(tab.cond_accept_table(measured))
         for p in measured:
             page.figure(f"{p.label}_acceptance", lambda path, p=p: fig.plot_acceptance(p, path),
                         f"{p.label}: survival and accept_len by depth, every condition")

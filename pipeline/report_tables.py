@@ -74,6 +74,16 @@ def accept_len_table(pairings) -> Table:
                  ("pairing", "curve", *(f"k={k}" for k in range(1, depth + 1))), tuple(rows))
 
 
+def cond_accept_table(pairings) -> Table:
+    """cond_accept[j] of each pairing's primary curve: where acceptance falls off with depth."""
+    depth = max((p.measured.curves[0].max_depth for p in pairings), default=0)
+    rows = tuple((p.label, f"{c.condition}, T={c.temperature:g}",
+                  *(f"{c.cond_accept[j - 1]:.3f}" if j <= c.max_depth else "" for j in range(1, depth + 1)))
+                 for p in pairings for c in p.measured.curves[:1])
+    return Table("cond_accept[j] of the primary curve: P(draft j accepted | drafts 1..j-1 were)",
+                 ("pairing", "curve", *(f"j={j}" for j in range(1, depth + 1))), rows)
+
+
 def drift_tables(pairings, *, condition: str, temperature: float) -> list[Table]:
     """One table per drift diagnostic: its value by depth for every pairing that measured it."""
     out = []
