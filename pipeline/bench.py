@@ -30,14 +30,13 @@ def run_bench(*, spec: Path, workdir: Path, out: Path, jobs: int, ttt_depths: tu
               log=print) -> dict:
     from db.store import Store
     from pipeline.bench_orchestration import orchestration_bench
-    from pipeline.cli_common import db_url
     from pipeline.report_data import load_experiment
     from pipeline.spec import load_spec
 
     started = time.perf_counter()
     parsed, _ = load_spec(spec)
     run_s = _run_experiment(spec, workdir, log)
-    store = Store(db_url(workdir, None))
+    store = Store(_own_db(workdir))
     try:
         record = load_experiment(store, parsed.name)
         pairing = next((p for p in record.pairings if p.validated and p.profiled and p.measured), None)
@@ -52,7 +51,8 @@ def run_bench(*, spec: Path, workdir: Path, out: Path, jobs: int, ttt_depths: tu
     results["engine"] = _engine(check)
     log("bench: curve cost (curve, per-depth sweep, lower bound)")
     results["curve_cost"], results["training"] = _in_process(pairing, stored, ttt_depths, train_steps, log)
-    results["autotune"] = _autotune(pairing, results["curve_cost"]["sweep"], check)
+    results["autotune"] = _autotune(pairing, results["curve_cost"]["curve"]["seconds"], results["curve_cost"]["sweep"],
+                                    check)
     log(f"bench: orchestration ({jobs} jobs three ways)")
     fresh = Path(tempfile.mkdtemp(prefix="orchestration-", dir=workdir))  # nothing of an earlier bench is reused
     results["orchestration"] = orchestration_bench(fresh, jobs=jobs, measured=pairing.measured,
@@ -71,9 +71,10 @@ def _run_experiment(spec: Path, workdir: Path, log) -> float:
     run is reused, so a second bench measures again without training again."""
     t0 = time.perf_counter()
     log(f"bench: specfleet run {spec} --workdir {workdir}")
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(spec), "--workdir", str(workdir)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "COLUMNS": "160"})
+    env = {k: v for k, v in os.environ.items() if k not in ("SPECFLEET_DB", "MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(spec), "--workdir", str(workdir),
+                             "--db", _own_db(workdir), "--mlflow", f"sqlite:///{(workdir / 'mlflow.db').resolve()}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**env, "COLUMNS": "160"})
     tail: list[str] = []
     for line in proc.stdout:
         tail = (tail + [line.rstrip()])[-20:]
@@ -84,14 +85,29 @@ def _run_experiment(spec: Path, workdir: Path, log) -> float:
     return time.perf_counter() - t0
 
 
+def _own_db(workdir: Path) -> str:
+    """The bench's database: in its work directory, never $SPECFLEET_DB (a bench writes no shared store)."""
+    return f"sqlite:///{(workdir / 'specfleet.db').resolve()}"
+
+
 def _stored_inputs(store, experiment_id: int, pairing) -> dict:
-    """The typed configs and results (files read back) of the jobs that made the pairing's models."""
+    """The typed configs and results (files read back) of the jobs that made the pairing's models and
+    its curve (the pairing's own, where the experiment has several)."""
     from pipeline.core.kinds import kind as job_kind
     from pipeline.record import with_files
 
+    def ours(job) -> bool:
+        config = job["config"]
+        target = config.get("target", config.get("name"))  # a train_target config is the target itself
+        names = [n if isinstance(n, str) else (n or {}).get("name") for n in (target, config.get("drafter"))]
+        if job["kind"] == "measure_curve":
+            return job["job_hash"] == pairing.jobs["measure_curve"]["job_hash"]
+        return names[0] in (pairing.target, None) and names[1] in (pairing.drafter, None)
+
     out = {}
     for job in store.experiment_results(experiment_id):
-        if job["kind"] in ("train_target", "train_drafter", "regenerate", "target_features", "measure_curve"):
+        if job["kind"] in ("train_target", "train_drafter", "regenerate", "target_features", "measure_curve") \
+                and ours(job):
             kind = job_kind(job["kind"])
             out[job["kind"]] = (kind.config.model_validate(job["config"]),
                                 with_files(kind.result.model_validate(job["result"])))
@@ -107,7 +123,7 @@ def _in_process(pairing, stored: dict, ttt_depths, train_steps: int, log) -> tup
     from workers.family import load_pairing
 
     config, drafter_result = stored["train_drafter"]
-    torch.set_num_threads(2)  # as the run's timed jobs had it (experiments/bench.yaml: 2 CPUs each)
+    torch.set_num_threads(2)  # as the run's timing jobs had it (profile_cost, measure_speedup: 2 CPUs each)
     device = torch.device("cpu")
     inputs = {"target": stored["train_target"][1] if "train_target" in stored else None, "drafter": drafter_result}
     target, tokenizer, family, drafter = load_pairing(config.target, config.drafter, inputs, device)
@@ -126,22 +142,25 @@ def _in_process(pairing, stored: dict, ttt_depths, train_steps: int, log) -> tup
 
 
 def _engine(check) -> dict:
+    """tokens/s as HF generate's are counted: the tokens after the first over the seconds after the
+    prompt's pass, summed over the validation prompts (the validation's own tokens/s is per pass)."""
     plain_hf = next((r.tokens_per_s for r in check.hf_runs if r.num_assistant_tokens is None), None)
     if plain_hf is None:
         raise UserError("the bench experiment's validation did not time HF generate (validation.compare_hf: true)")
     k = check.chosen_depth
-    return {"hf_plain_tokens_per_s": plain_hf, "engine_plain_tokens_per_s": check.tokens_per_s[0],
-            "engine_chosen_tokens_per_s": check.tokens_per_s[k], "chosen_depth": k,
-            "engine_plain_over_hf": check.tokens_per_s[0] / plain_hf,
-            "engine_chosen_over_hf": check.tokens_per_s[k] / plain_hf,
-            "engine_chosen_over_plain": check.tokens_per_s[k] / check.tokens_per_s[0]}
+    plain, chosen = check.tokens[0] / check.seconds[0], check.tokens[k] / check.seconds[k]
+    return {"hf_plain_tokens_per_s": plain_hf, "engine_plain_tokens_per_s": plain,
+            "engine_chosen_tokens_per_s": chosen, "chosen_depth": k, "engine_plain_over_hf": plain / plain_hf,
+            "engine_chosen_over_hf": chosen / plain_hf, "engine_chosen_over_plain": chosen / plain}
 
 
-def _autotune(pairing, sweep: dict, check) -> dict:
+def _autotune(pairing, curve_s: float, sweep: dict, check) -> dict:
     """Choosing k from the curve and the cost profile against choosing it by brute force (the sweep's
-    fastest depth), both judged by the validation's tokens/s on held-out prompts."""
-    choose_s = sum(pairing.jobs[k]["duration_s"] or 0.0 for k in ("measure_curve", "profile_cost", "select_depth"))
-    brute_s = sweep["wall_s_all_depths"]
+    fastest depth), both judged by the validation's tokens/s on held-out prompts. The curve and the
+    sweep are timed here, on the same positions with the models loaded; the cost profile and the
+    choice are their jobs' durations (which include loading the models once)."""
+    choose_s = curve_s + sum(pairing.jobs[k]["duration_s"] or 0.0 for k in ("profile_cost", "select_depth"))
+    brute_s = sweep["seconds_all_depths"]
     brute_k = max(range(len(sweep["tokens_per_s"])), key=lambda k: sweep["tokens_per_s"][k])
     chosen, best = check.chosen_depth, max(check.tokens_per_s)
     return {"choose_s": choose_s, "brute_force_s": brute_s, "choose_over_brute_force": choose_s / brute_s,

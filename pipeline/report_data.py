@@ -29,7 +29,7 @@ class Pairing:
     profiled: Profiled | None = None
     selected: Selected | None = None
     validated: Validated | None = None
-    jobs: dict[str, dict] = field(default_factory=dict)  # kind -> job_hash, mlflow_run_id, duration_s
+    jobs: dict[str, dict] = field(default_factory=dict)  # kind -> job_hash, mlflow_run_id, duration_s, seed
 
     @property
     def label(self) -> str:
@@ -49,6 +49,11 @@ class ExperimentRecord:
     tuned: tuple[dict, ...]  # `best` rows (every version) written by this experiment's select jobs
     skipped: tuple[str, ...]  # finished jobs whose stored result an older release wrote in another shape
 
+    @property
+    def ref(self) -> str:
+        """The experiment as `specfleet report` takes it: NAME@ID (two runs of one name differ by it)."""
+        return f"{self.name}@{self.id}"
+
 
 def load_experiment(store, name: str) -> ExperimentRecord:
     """The newest experiment called `name`, or with `name@ID` that run of it (`specfleet status` lists
@@ -61,29 +66,51 @@ def load_experiment(store, name: str) -> ExperimentRecord:
         raise UserError(f"EXPERIMENT: no experiment {name!r} in the database"
                         + (f" (it has: {', '.join(known)})" if known else " (it has none yet)"))
     exp = max(found, key=lambda e: (e["created_at"], e["id"]))
-    pairings: dict[tuple[str, str], Pairing] = {}
-    skipped = []
-    select_hashes = set()
-    for job in store.experiment_results(exp["id"]):
-        attr = PAIRING_KINDS.get(job["kind"])
-        if attr is None:
+    jobs, skipped = [], []
+    for job in sorted(store.experiment_results(exp["id"]), key=lambda j: (j["finished_at"] or "", j["job_hash"])):
+        if job["kind"] not in PAIRING_KINDS:
             continue
-        try:
-            result = job_kind(job["kind"]).result.model_validate(job["result"])
-        except ValidationError:
+        try:  # a result or config an older release stored in another shape is listed, not shown
+            job["typed"] = job_kind(job["kind"]).result.model_validate(job["result"])
+            job["pairing"] = (_name(job["config"]["target"]), _name(job["config"]["drafter"]))
+        except (ValidationError, KeyError, TypeError):
             skipped.append(job["name"])
             continue
-        key = (_name(job["config"]["target"]), _name(job["config"]["drafter"]))
-        pairing = pairings.setdefault(key, Pairing(*key))
-        setattr(pairing, attr, result)
-        pairing.jobs[job["kind"]] = {k: job[k] for k in ("job_hash", "mlflow_run_id", "duration_s")}
-        if attr == "selected":
-            select_hashes.add(job["job_hash"])
-    tuned = tuple(r for r in store.best(history=True) if r["job_hash"] in select_hashes)
+        jobs.append(job)
+    tuned = {r["job_hash"]: r for r in store.best(history=True)}
+    pairings = _pairings(jobs, tuned)
+    select_hashes = {p.jobs["select_depth"]["job_hash"] for p in pairings if "select_depth" in p.jobs}
     return ExperimentRecord(id=exp["id"], name=exp["name"], spec_hash=exp["spec_hash"],
                             code_version=exp["code_version"], created_at=exp["created_at"],
                             mlflow_run_id=exp["mlflow_run_id"], job_counts=exp["job_counts"],
-                            pairings=tuple(pairings.values()), tuned=tuned, skipped=tuple(skipped))
+                            pairings=tuple(pairings), tuned=tuple(r for h, r in tuned.items() if h in select_hashes),
+                            skipped=tuple(skipped))
+
+
+def _pairings(jobs: list[dict], tuned: dict[str, dict]) -> list[Pairing]:
+    """One Pairing per (target, drafter), each kind's newest finished job (a rerun of a changed spec
+    links its new jobs to the same experiment). A depth choice takes the curve and cost it was made
+    from (its tuned config names them): a cost job is shared by pairings that time alike, so its
+    own config may carry another pairing's names."""
+    pairings: dict[tuple[str, str], Pairing] = {}
+    by_hash = {j["job_hash"]: j for j in jobs}
+    for job in jobs:  # oldest first: the newest of a kind is set last
+        pairing = pairings.setdefault(job["pairing"], Pairing(*job["pairing"]))
+        if job["kind"] != "profile_cost":
+            _attach(pairing, job)
+    for pairing in pairings.values():
+        select = pairing.jobs.get("select_depth")
+        row = tuned.get(select["job_hash"]) if select else None
+        for key in ("curve_job_hash", "cost_job_hash"):
+            if row and row.get(key) in by_hash:
+                _attach(pairing, by_hash[row[key]])
+    return [p for p in pairings.values() if p.measured or p.selected or p.validated]
+
+
+def _attach(pairing: Pairing, job: dict) -> None:
+    setattr(pairing, PAIRING_KINDS[job["kind"]], job["typed"])
+    pairing.jobs[job["kind"]] = {"job_hash": job["job_hash"], "mlflow_run_id": job["mlflow_run_id"],
+                                 "duration_s": job["duration_s"], "seed": job["config"].get("seed", 0)}
 
 
 def _name(ref) -> str:

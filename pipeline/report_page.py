@@ -31,8 +31,10 @@ def pairing_speedups(pairing) -> list[BatchSpeedup]:
     selected, curve = pairing.selected, pairing.measured.curves[0]
     batch1 = selected.pass_cost or [k * selected.choice.cost_ratio + 1.0 for k in range(curve.max_depth + 1)]
     chosen = {**(selected.batch_depths or {}), 1: selected.choice.depth}
+    # the select job's seed: the same resamples its choice saw
     return speedup_bands(curve, per_prompt=pairing.measured.per_prompt[0], walks=pairing.measured.walks[0],
-                         cost=pairing.profiled.cost, batch1_cost=batch1, chosen=chosen)
+                         cost=pairing.profiled.cost, batch1_cost=batch1, chosen=chosen,
+                         seed=pairing.jobs["select_depth"]["seed"])
 
 
 def slug(text: str) -> str:
@@ -61,8 +63,11 @@ class Page:
             self.tables.append(table.markdown())
 
     def figure(self, name: str, draw, caption: str) -> None:
-        """`draw(path)` writes one PNG; the page embeds it, tables.md links it."""
-        path = draw(self.folder / f"{slug(name)}.png")
+        """`draw(path)` writes one PNG; the page embeds it, tables.md links it. Names that slug alike
+        (`a_b/c`, `a/b_c`) get a number each, so no figure overwrites another."""
+        stem, taken = slug(name), {p.name for p in self.figures}
+        n = next(i for i in range(len(taken) + 2) if (f"{stem}_{i}.png" if i else f"{stem}.png") not in taken)
+        path = draw(self.folder / (f"{stem}_{n}.png" if n else f"{stem}.png"))
         data = base64.b64encode(Path(path).read_bytes()).decode()
         self.parts.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
                           f"<figcaption>{html.escape(caption)}</figcaption></figure>")
@@ -70,6 +75,13 @@ class Page:
         self.figures.append(Path(path))
 
     def write(self, title: str) -> Path:
+        """The page and tables.md; the figures an earlier report wrote here and this one did not are
+        removed (tables.md lists them), so the folder and its MLflow copy hold one report."""
+        earlier = self.folder / "tables.md"
+        if earlier.is_file():
+            for name in re.findall(r"\]\(([^)/]+\.png)\)", earlier.read_text()):
+                if name not in {p.name for p in self.figures}:
+                    (self.folder / name).unlink(missing_ok=True)
         page = self.folder / "report.html"
         page.write_text(f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}'
                         f"</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
@@ -80,7 +92,7 @@ class Page:
 
 def _provenance(page: Page, record) -> None:
     counts = ", ".join(f"{n} {s}" for s, n in record.job_counts.items() if n)
-    page.table(tab.Table(f"Experiment {record.name}", ("field", "value"), (
+    page.table(tab.Table(f"Experiment {record.ref}", ("field", "value"), (
         ("experiment id", str(record.id)), ("spec hash", record.spec_hash), ("code version", record.code_version),
         ("created", record.created_at), ("MLflow run", record.mlflow_run_id or ""), ("jobs", counts),
         *((("results skipped (stored by another release)", ", ".join(record.skipped)),) if record.skipped else ()))))
@@ -92,8 +104,9 @@ def experiment_page(record, folder: Path) -> Page:
     _provenance(page, record)
     measured = [p for p in record.pairings if p.measured]
     speedups = {p.label: pairing_speedups(p) for p in record.pairings}
-    page.heading("Tuned configs")
-    page.table(tab.tuned_table(record, speedups))
+    if record.tuned:
+        page.heading("Tuned configs")
+        page.table(tab.tuned_table(record, speedups))
     if measured:
         page.heading("Acceptance and survival by depth")
         page.table(tab.accept_len_table(measured))
@@ -106,8 +119,11 @@ def experiment_page(record, folder: Path) -> Page:
         page.heading("Predicted and measured speedup by depth")
         for p in chosen:
             check = p.validated.speedup_check if p.validated else None
-            page.figure(f"{p.label}_speedup", lambda path, p=p, c=check: fig.plot_speedup_by_batch(
-                f"{p.label} on {p.selected.hardware}", speedups[p.label], c, path),
+            model = ("timed engine iterations" if p.selected.choice.cost_model == "timed"
+                     else f"k c + 1, c = {p.selected.choice.cost_ratio:.3g}")
+            page.figure(f"{p.label}_speedup", lambda path, p=p, c=check, m=model: fig.plot_speedup_by_batch(
+                f"{p.label} on {p.selected.hardware} (batch size 1 costed by {m}, larger ones by timed passes)",
+                speedups[p.label], c, path),
                 f"{p.label}: predicted speedup by depth per batch size, the chosen depth dotted")
         validated = [p for p in record.pairings if p.validated]
         if validated:
@@ -160,15 +176,15 @@ def comparison_page(a, b, folder: Path) -> Page:
     mine, theirs = {p.label: p for p in a.pairings if p.measured}, {p.label: p for p in b.pairings if p.measured}
     common = [(label, (mine[label], pairing_speedups(mine[label])), (theirs[label], pairing_speedups(theirs[label])))
               for label in mine if label in theirs]
-    page.heading(f"{a.name} against {b.name}")
+    page.heading(f"{a.ref} against {b.ref}")
     page.table(tab.Table("The pairings both measured: the primary curve and the chosen depth at batch size 1",
-                         ("pairing", a.name, b.name), tuple((label, _summary(*x), _summary(*y)) for label, x, y in common)))
+                         ("pairing", a.ref, b.ref), tuple((label, _summary(*x), _summary(*y)) for label, x, y in common)))
     for label, x, y in common:
-        page.figure(f"{label}_compare", lambda path, label=label, x=x, y=y: fig.plot_compare(a.name, x, b.name, y, path,
+        page.figure(f"{label}_compare", lambda path, label=label, x=x, y=y: fig.plot_compare(a.ref, x, b.ref, y, path,
                                                                                             label),
-                    f"{label}: {a.name} against {b.name}")
-    only = [f"{label} ({a.name} only)" for label in mine if label not in theirs] + \
-        [f"{label} ({b.name} only)" for label in theirs if label not in mine]
+                    f"{label}: {a.ref} against {b.ref}")
+    only = [f"{label} ({a.ref} only)" for label in mine if label not in theirs] + \
+        [f"{label} ({b.ref} only)" for label in theirs if label not in mine]
     if only:
         page.text("Measured by one experiment only: " + ", ".join(only))
     return page

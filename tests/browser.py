@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ def chromium() -> str | None:
 def render(page: Path, *, timeout_s: float = 60.0) -> Rendered:
     """Load `page` (a local file) and report its images and console errors once it has loaded."""
     import websocket  # websocket-client, a test dependency
+
+    if chromium() is None:
+        raise RuntimeError("chromium is not installed (Debian: apt-get install chromium)")
 
     profile = tempfile.mkdtemp(prefix="specfleet-chromium-")
     proc = subprocess.Popen([chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -56,14 +60,23 @@ def render(page: Path, *, timeout_s: float = 60.0) -> Rendered:
 
 
 def _devtools_port(proc, timeout_s: float) -> int:
-    deadline = time.monotonic() + timeout_s
-    for line in proc.stderr:  # Chromium prints the DevTools address on stderr when it is ready
-        found = re.search(r"ws://127\.0\.0\.1:(\d+)/", line)
-        if found:
-            return int(found.group(1))
-        if time.monotonic() > deadline:
-            break
-    raise RuntimeError(f"chromium did not start (exit {proc.poll()})")
+    """The port Chromium prints on stderr when it is ready; its stderr is drained from then on (a full
+    pipe would stall it), and a browser that says nothing in time is given up on."""
+    found: list[int] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        for line in proc.stderr:
+            match = re.search(r"ws://127\.0\.0\.1:(\d+)/", line)
+            if match and not found:
+                found.append(int(match.group(1)))
+                ready.set()
+        ready.set()  # stderr closed: the browser has gone
+
+    threading.Thread(target=read, daemon=True).start()
+    if not ready.wait(timeout_s) or not found:
+        raise RuntimeError(f"chromium did not start in {timeout_s:g} s (exit {proc.poll()})")
+    return found[0]
 
 
 def _load(ws, page: Path, timeout_s: float) -> Rendered:

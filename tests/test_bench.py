@@ -51,7 +51,7 @@ def test_the_bench_table_divides_what_it_says():
     cells = {(row[0], row[2].split(" ")[0]): row[3] for row in ratios.rows}
     assert cells[("curve cost, target passes (accept_len(k), k <= 4, 100 positions)", "400")] == "0.125x"
     assert cells[("curve cost, target passes", "100")] == "0.5x"
-    assert cells[("engine overhead: plain decoding", "60.0")] == "1.5x"
+    assert cells[("engine: plain decoding (above 1: faster than HF)", "60.0")] == "1.5x"
     assert cells[("autotune: cost of choosing k", "120.0")] == "0.25x"
     assert "+20.0 ms (2x the job's time)" in {row[3] for row in ratios.rows}
     assert training.rows == (("1", "1000 (40%)", "1600 (0%)", "1.6x"),)

@@ -205,7 +205,9 @@ def test_report_pages_render_in_chromium_and_land_in_mlflow(first_run):
     import browser
 
     tmp_path, _, _ = first_run
-    if browser.chromium() is None and not browser.required():
+    if browser.chromium() is None:
+        if browser.required():
+            pytest.fail("chromium is not installed (Debian: apt-get install chromium)")
         pytest.skip("chromium is not installed")
     store = _store(tmp_path)
     first, second = store.experiments()
