@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core.intervals import BatchSpeedup, curve_bands
+from pipeline.findings import ordered_conditions
 from pipeline.report import integer_depths, pyplot, save_figure
 
 LEVEL = 0.9
@@ -52,9 +53,11 @@ def _spread(items: list, most: int) -> list:
     return [items[i] for i in picks]
 
 
-def plot_speedup_by_batch(title: str, by_batch: list[BatchSpeedup], check, path: str | Path) -> Path:
+def plot_speedup_by_batch(title: str, by_batch: list[BatchSpeedup], check, path: str | Path,
+                          batch1_model: str = "") -> Path:
     """Predicted speedup by depth with its interval and the chosen depth, per batch size (up to four);
-    at batch size 1 the engine's measured speedup when the depth was validated (`check`)."""
+    at batch size 1 the engine's measured speedup when the depth was validated (`check`), and how a
+    pass was costed there (`batch1_model`; larger batch sizes are costed by their timed passes)."""
     plt = pyplot()
     shown = _spread(by_batch, 4)
     fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.6), squeeze=False)
@@ -67,7 +70,8 @@ def plot_speedup_by_batch(title: str, by_batch: list[BatchSpeedup], check, path:
                     label="measured (engine)")
         ax.axvline(b.chosen, color="C3", ls=":", label=f"chosen k = {b.chosen}")
         ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set(xlabel="depth k", ylabel="speedup over k = 0", title=f"batch size {b.batch_size}")
+        note = f"\n({batch1_model})" if b.batch_size == 1 and batch1_model else "\n(timed passes)"
+        ax.set(xlabel="depth k", ylabel="speedup over k = 0", title=f"batch size {b.batch_size}{note}")
         ax.legend(fontsize=7)
     integer_depths(axes[0])
     return save_figure(fig, path, title)
@@ -94,12 +98,9 @@ def plot_drift_across(pairings, *, condition: str, temperature: float, path: str
 def plot_condition_bars(pairings, *, temperature: float, path: str | Path, title: str) -> Path:
     """accept_len at each pairing's deepest measured depth, one bar per condition, with intervals."""
     plt = pyplot()
-    conditions = []
-    for p in pairings:
-        for c in p.measured.curves:
-            if c.temperature == temperature and not c.category and c.condition not in conditions:
-                conditions.append(c.condition)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(pairings) * max(1, len(conditions)) / 2), 4))
+    conditions = ordered_conditions([{"condition": c.condition} for p in pairings for c in p.measured.curves
+                                     if c.temperature == temperature and not c.category])
+    fig, ax = plt.subplots(figsize=(min(12.0, max(6.0, 0.35 * len(pairings) * max(1, len(conditions)))), 4))
     width = 0.8 / max(1, len(conditions))
     for j, condition in enumerate(conditions):
         xs, ys, errs = [], [], [[], []]
@@ -114,7 +115,8 @@ def plot_condition_bars(pairings, *, temperature: float, path: str | Path, title
         ax.bar(xs, ys, width, yerr=errs, capsize=2, color=f"C{j % 10}", label=condition)
     ax.set_xticks(range(len(pairings)), [p.label for p in pairings], rotation=20, ha="right", fontsize=8)
     ax.set(ylabel="accept_len at the deepest depth", title=f"T={temperature:g}, {LEVEL:.0%} intervals over prompts")
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # room above the bars for the legend
+    ax.legend(fontsize=7, ncol=4, loc="upper center")
     return save_figure(fig, path, title)
 
 

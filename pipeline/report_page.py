@@ -122,8 +122,7 @@ def experiment_page(record, folder: Path) -> Page:
             model = ("timed engine iterations" if p.selected.choice.cost_model == "timed"
                      else f"k c + 1, c = {p.selected.choice.cost_ratio:.3g}")
             page.figure(f"{p.label}_speedup", lambda path, p=p, c=check, m=model: fig.plot_speedup_by_batch(
-                f"{p.label} on {p.selected.hardware} (batch size 1 costed by {m}, larger ones by timed passes)",
-                speedups[p.label], c, path),
+                f"{p.label}\n{p.selected.hardware}", speedups[p.label], c, path, batch1_model=m),
                 f"{p.label}: predicted speedup by depth per batch size, the chosen depth dotted")
         validated = [p for p in record.pairings if p.validated]
         if validated:
