@@ -1,4 +1,5 @@
-"""The `specfleet` command: validate, run, best, speedups, status, autotune, drift, report, bench.
+"""The `specfleet` command: validate, run, best, speedups, status, autotune; drift, report and bench
+(pipeline/cli_results.py).
 
 The CLI takes a spec path and switches that say where things live (work directory, database,
 MLflow, Ray cluster); everything that changes results is in the spec.
@@ -365,51 +366,7 @@ def _speculates(row: dict) -> bool:
     return False
 
 
-@app.command()
-def drift(
-    experiment: Annotated[Optional[str], typer.Option("--experiment", help="Experiment name (default: the newest).")] = None,
-    condition: Annotated[Optional[str], typer.Option("--condition", help="Condition for the per-depth tables (default: the experiment's first).")] = None,
-    depth: Annotated[int, typer.Option("--depth", help="Depth at which accept_len is compared across conditions.")] = 8,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Also write the per-depth plot here (PNG).")] = None,
-    workdir: WorkdirOpt = Path(".specfleet"),
-    db: DbOpt = None,
-):
-    """Drafters compared by depth (drift diagnostics; cond_accept, survival, accept_len, decode_accept_len) and
-    accept_len by condition, as Markdown tables."""
-    from pipeline import findings
-
-    store = open_store(workdir, db)
-    try:
-        curves, diags = findings.experiment_rows(store, experiment)
-    finally:
-        store.close()
-    if not curves:
-        raise UserError(f"--experiment: no measured curves for {experiment or 'any experiment'}")
-    conditions = findings.ordered_conditions(curves)
-    condition = condition or conditions[0]
-    t0 = min(r["temperature"] for r in curves)  # per-depth tables at the lowest temperature measured
-    from pipeline.core.types import DRIFT_NAMES
-
-    for name in DRIFT_NAMES:
-        values = findings.diagnostic_by_depth(diags, name=name, condition=condition, temperature=t0)
-        if values:
-            out.print(findings.markdown_depth_table(values, f"{name} ({condition}, T={t0:g})") + "\n", markup=False, soft_wrap=True)
-    for column in ("cond_accept", "survival", "accept_len", "decode_accept_len"):
-        values = findings.curve_by_depth(curves, column=column, condition=condition, temperature=t0)
-        if values:
-            out.print(findings.markdown_depth_table(values, f"{column} ({condition}, T={t0:g})") + "\n", markup=False,
-                      soft_wrap=True)
-    for temperature in sorted({r["temperature"] for r in curves}):
-        table = findings.accept_len_by_condition(curves, temperature=temperature, depth=depth)
-        out.print(f"accept_len({depth}) by condition, T={temperature:g}, change against {conditions[0]}:", markup=False, soft_wrap=True)
-        out.print(findings.markdown_condition_table(table, conditions, conditions[0]) + "\n", markup=False, soft_wrap=True)
-    if plot is not None:
-        temperature = min(r["temperature"] for r in curves)
-        findings.plot_findings(curves, diags, condition=condition, temperature=temperature, path=plot,
-                               title=experiment or "drift")
-        out.print(f"plot: {plot}")
-
-
+app.command()(cli_results.drift)
 app.command()(cli_results.report)
 app.command()(cli_results.bench)
 

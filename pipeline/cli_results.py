@@ -1,4 +1,5 @@
-"""`specfleet report` (pages of stored results: HTML with its figures inside, PNGs and tables.md beside it,
+"""The commands that show results: `specfleet drift` (drafters compared by depth, as Markdown),
+`specfleet report` (pages of stored results: HTML with its figures inside, PNGs and tables.md beside it,
 also logged to the experiment's MLflow run) and `specfleet bench` (what specfleet costs to run)."""
 from __future__ import annotations
 
@@ -8,6 +9,51 @@ from typing import Annotated, Optional
 import typer
 
 from pipeline.cli_common import DbOpt, MlflowOpt, WorkdirOpt, err, mlflow_uri, open_store, out
+from pipeline.errors import UserError
+
+
+def drift(
+    experiment: Annotated[Optional[str], typer.Option("--experiment", help="Experiment name (default: the newest).")] = None,
+    condition: Annotated[Optional[str], typer.Option("--condition", help="Condition for the per-depth tables (default: the experiment's first).")] = None,
+    depth: Annotated[int, typer.Option("--depth", help="Depth at which accept_len is compared across conditions.")] = 8,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Also write the per-depth plot here (PNG).")] = None,
+    workdir: WorkdirOpt = Path(".specfleet"),
+    db: DbOpt = None,
+):
+    """Drafters compared by depth (drift diagnostics; cond_accept, survival, accept_len, decode_accept_len) and
+    accept_len by condition, as Markdown tables."""
+    from pipeline import findings
+
+    store = open_store(workdir, db)
+    try:
+        curves, diags = findings.experiment_rows(store, experiment)
+    finally:
+        store.close()
+    if not curves:
+        raise UserError(f"--experiment: no measured curves for {experiment or 'any experiment'}")
+    conditions = findings.ordered_conditions(curves)
+    condition = condition or conditions[0]
+    t0 = min(r["temperature"] for r in curves)  # per-depth tables at the lowest temperature measured
+    from pipeline.core.types import DRIFT_NAMES
+
+    for name in DRIFT_NAMES:
+        values = findings.diagnostic_by_depth(diags, name=name, condition=condition, temperature=t0)
+        if values:
+            out.print(findings.markdown_depth_table(values, f"{name} ({condition}, T={t0:g})") + "\n", markup=False, soft_wrap=True)
+    for column in ("cond_accept", "survival", "accept_len", "decode_accept_len"):
+        values = findings.curve_by_depth(curves, column=column, condition=condition, temperature=t0)
+        if values:
+            out.print(findings.markdown_depth_table(values, f"{column} ({condition}, T={t0:g})") + "\n", markup=False,
+                      soft_wrap=True)
+    for temperature in sorted({r["temperature"] for r in curves}):
+        table = findings.accept_len_by_condition(curves, temperature=temperature, depth=depth)
+        out.print(f"accept_len({depth}) by condition, T={temperature:g}, change against {conditions[0]}:", markup=False, soft_wrap=True)
+        out.print(findings.markdown_condition_table(table, conditions, conditions[0]) + "\n", markup=False, soft_wrap=True)
+    if plot is not None:
+        temperature = min(r["temperature"] for r in curves)
+        findings.plot_findings(curves, diags, condition=condition, temperature=temperature, path=plot,
+                               title=experiment or "drift")
+        out.print(f"plot: {plot}")
 
 
 def report(
@@ -61,8 +107,6 @@ def bench(
     from pipeline.bench import run_bench
 
     if not spec.is_file():
-        from pipeline.errors import UserError
-
         raise UserError(f"--spec: no such file {spec}")
     run_bench(spec=spec, workdir=workdir, out=folder, jobs=jobs, ttt_depths=(1, 2, 4, 8), train_steps=train_steps,
               log=lambda line: err.print(line, markup=False, soft_wrap=True, highlight=False))
