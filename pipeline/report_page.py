@@ -128,6 +128,7 @@ def experiment_page(record, folder: Path) -> Page:
         if validated:
             page.table(tab.speedup_check_table(validated))
     _drift_and_conditions(page, measured)
+    _categories(page, [p for p in record.pairings if p.selected and p.selected.by_category and p.measured])
     trees = [p for p in record.pairings if p.selected and p.selected.tree and p.selected.tree.tree]
     if trees:
         page.heading("Draft trees")
@@ -165,6 +166,23 @@ def _drift_and_conditions(page: Page, measured) -> None:
             page.figure(f"conditions_T{t:g}", lambda path, t=t: fig.plot_condition_bars(
                 measured, temperature=t, path=path, title="accept_len by condition"),
                 f"accept_len at the deepest depth by condition, T={t:g}")
+
+
+def _categories(page: Page, pairings) -> None:
+    """With a categorised prompts file: the depth per category, and each category's curve."""
+    if not pairings:
+        return
+    from pipeline.core.categories import category_curves
+    from pipeline.report import plot_comparison
+
+    page.heading("Prompt categories")
+    page.table(tab.category_table(pairings))
+    for p in pairings:
+        primary = p.measured.curves[0]
+        curves = {"all prompts": primary, **{c.category: c for c in category_curves(p.measured)
+                                             if (c.condition, c.temperature) == (primary.condition, primary.temperature)}}
+        page.figure(f"{p.label}_categories", lambda path, p=p, c=curves: plot_comparison(c, path, p.label),
+                    f"{p.label}: survival and accept_len per prompt category")
 
 
 def comparison_page(a, b, folder: Path) -> Page:

@@ -129,6 +129,31 @@ def speedup_check_table(pairings) -> Table:
                  ("pairing", "k", "predicted", "measured", "tokens/s", "engine accept_len", ""), tuple(rows))
 
 
+def category_table(pairings) -> Table:
+    """The depth each prompt category would get on its own (a categorised prompts file), beside the
+    depth over every prompt: the best point estimate before the noise rule, and the decoder's tokens
+    per pass at the deepest depth (where categories differ most)."""
+    from pipeline.core.categories import category_curves
+
+    def cells(choice, curve) -> tuple[str, ...]:
+        best = choice.best_point if choice.best_point is not None else choice.depth
+        tokens = curve.decode_accept_len or curve.accept_len
+        return (str(choice.depth), f"{choice.speedup:.3f}", f"k={best}: {choice.speedups[best]:.3f}",
+                f"{tokens[-1]:.3f}")
+
+    rows, depth = [], 0
+    for p in pairings:
+        primary = p.measured.curves[0]
+        depth = primary.max_depth
+        by_name = {c.category: c for c in category_curves(p.measured)
+                   if (c.condition, c.temperature) == (primary.condition, primary.temperature)}
+        rows.append((p.label, "all prompts", "", *cells(p.selected.choice, primary)))
+        rows += [("", c.category, str(c.prompts), *cells(c.choice, by_name[c.category])) for c in p.selected.by_category]
+    return Table("Depth per prompt category (batch size 1)",
+                 ("pairing", "category", "prompts", "depth", "predicted speedup", "best point estimate",
+                  f"tokens per pass at k={depth}"), tuple(rows))
+
+
 def tree_table(pairings) -> Table:
     """The chosen draft tree per pairing, its expected tokens per pass and its gain over the chain."""
     rows = []
