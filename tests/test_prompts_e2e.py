@@ -78,6 +78,11 @@ def test_a_prompts_file_runs_to_curves_and_depths_per_category(workdir):
     assert {"accept_len/default/T0/code", "accept_len/default/T0/math", "accept_len/default/T0/chat"} <= keys
     assert "categories.png" in {a.path for a in client.list_artifacts(run_id)}
     assert len(regenerated) == 1  # the training file's text is made once and reused by every run
+    # the report shows the depth per category and each category's curve
+    assert specfleet("report", "theirs-sharegpt", "--out", "page", cwd=workdir).returncode == 0
+    tables = (workdir / "page" / "tables.md").read_text()
+    assert "Depth per prompt category" in tables and all(f"|  | {c} | 3 |" in tables for c in TOPICS)
+    assert (workdir / "page" / "t_d_categories.png").stat().st_size > 10_000
 
 
 def test_written_answers_train_and_a_broken_file_stops_before_anything_starts(workdir):
