@@ -127,6 +127,9 @@ def experiment_page(record, folder: Path) -> Page:
         validated = [p for p in record.pairings if p.validated]
         if validated:
             page.table(tab.speedup_check_table(validated))
+        with_hf = [p for p in validated if p.validated.speedup_check.hf_runs]
+        if with_hf:
+            page.table(tab.hf_table(with_hf))
     _drift_and_conditions(page, measured)
     _categories(page, [p for p in record.pairings if p.selected and p.selected.by_category and p.measured])
     trees = [p for p in record.pairings if p.selected and p.selected.tree and p.selected.tree.tree]

@@ -154,6 +154,27 @@ def category_table(pairings) -> Table:
                   f"tokens per pass at k={depth}"), tuple(rows))
 
 
+def hf_table(pairings) -> Table:
+    """Hugging Face `generate` timed on the same held-out prompts as the engine (validation.compare_hf):
+    plain, and assisted by a standalone drafter at every depth and with HF's defaults."""
+    rows = []
+    for p in pairings:
+        check = p.validated.speedup_check
+        plain = check.hf_runs[0].tokens_per_s
+        k = check.chosen_depth
+        rows.append((p.label, f"specfleet engine, chosen k = {k}", f"{check.tokens_per_s[k]:.1f}",
+                     f"{check.tokens_per_s[k] / plain:.3f}", f"{check.predicted_speedup[k]:.3f}", ""))
+        for run in check.hf_runs:
+            n = run.num_assistant_tokens
+            predicted = f"{check.predicted_speedup[n]:.3f}" if n is not None and run.confidence_threshold == 0 \
+                and n < len(check.predicted_speedup) else ""
+            rows.append(("", f"HF {run.name}", f"{run.tokens_per_s:.1f}", f"{run.speedup:.3f}", predicted,
+                         str(run.mismatches)))
+    return Table("Hugging Face generate on the same prompts (an engine specfleet did not write)",
+                 ("pairing", "engine", "tokens/s", "over HF generate", "specfleet predicted", "greedy diffs"),
+                 tuple(rows))
+
+
 def tree_table(pairings) -> Table:
     """The chosen draft tree per pairing, its expected tokens per pass and its gain over the chain."""
     rows = []
