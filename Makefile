@@ -33,7 +33,7 @@ demo: install
 	$(BIN)/specfleet best
 
 test: install real
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 # what specfleet costs to run (README "Performance"); not part of the tests
 bench: install
