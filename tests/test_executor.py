@@ -238,3 +238,29 @@ def test_a_failed_jobs_whole_traceback_is_kept_and_shown(env):
     assert shown.returncode == 0 and "status: failed" in shown.stdout and "Traceback" in shown.stdout
     assert "ValueError" in cli().stdout  # the table shows the first line (wrapped in its column)
     assert cli("--job", "nothing-like-this").returncode == 1
+
+
+def test_a_report_gives_every_pairing_its_own_choice_and_the_cost_job_it_shares(env):
+    """Two drafters alike but for their names share one profile_cost job (its config leaves the names
+    out, so it carries the first pairing's): each pairing still gets its curve, the shared costs and its
+    choice; a result an older release stored in another shape is listed, not a crash."""
+    from pipeline.report_data import load_experiment
+
+    tmp_path, store, _ = env
+    twins = dict(SPEC, name="twins", drafters=[{"name": "a", "kind": "eagle3"}, {"name": "b", "kind": "eagle3"}])
+    plan, summary = run(env, answer, spec=twins)
+    assert not summary.failed and sum(j.kind == "profile_cost" for j in plan.jobs) == 1
+    record = load_experiment(store, "twins")
+    assert [p.label for p in record.pairings] == ["t/a", "t/b"]
+    assert all(p.measured and p.profiled and p.selected and p.validated for p in record.pairings)
+    assert {p.jobs["profile_cost"]["job_hash"] for p in record.pairings} == \
+        {j.hash for j in plan.jobs if j.kind == "profile_cost"}
+    assert len(record.tuned) == 2 and record.skipped == ()
+    curve = next(j for j in plan.jobs if j.kind == "measure_curve" and j.drafter == "b")
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "specfleet.db") as db:  # a result in a shape an older release might have stored
+        db.execute("UPDATE jobs SET result_json = ? WHERE job_hash = ?", ('{"curves": 3}', curve.hash))
+    again = load_experiment(store, f"twins@{record.id}")
+    assert again.skipped == (curve.name,) and [p.label for p in again.pairings] == ["t/a", "t/b"]
+    assert again.pairings[1].measured is None and again.pairings[1].selected is not None
