@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from pipeline.cli_common import workdir_stores
 from pipeline.errors import UserError
 
 
@@ -36,7 +37,7 @@ def run_bench(*, spec: Path, workdir: Path, out: Path, jobs: int, ttt_depths: tu
     started = time.perf_counter()
     parsed, _ = load_spec(spec)
     run_s = _run_experiment(spec, workdir, log)
-    store = Store(_own_db(workdir))
+    store = Store(workdir_stores(workdir)[0])
     try:
         record = load_experiment(store, parsed.name)
         pairing = next((p for p in record.pairings if p.validated and p.profiled and p.measured), None)
@@ -72,8 +73,9 @@ def _run_experiment(spec: Path, workdir: Path, log) -> float:
     t0 = time.perf_counter()
     log(f"bench: specfleet run {spec} --workdir {workdir}")
     env = {k: v for k, v in os.environ.items() if k not in ("SPECFLEET_DB", "MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    db, mlflow, _ = workdir_stores(workdir)  # the bench's own stores, never $SPECFLEET_DB or a shared MLflow
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(spec), "--workdir", str(workdir),
-                             "--db", _own_db(workdir), "--mlflow", f"sqlite:///{(workdir / 'mlflow.db').resolve()}"],
+                             "--db", db, "--mlflow", mlflow],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**env, "COLUMNS": "160"})
     tail: list[str] = []
     for line in proc.stdout:
@@ -85,29 +87,29 @@ def _run_experiment(spec: Path, workdir: Path, log) -> float:
     return time.perf_counter() - t0
 
 
-def _own_db(workdir: Path) -> str:
-    """The bench's database: in its work directory, never $SPECFLEET_DB (a bench writes no shared store)."""
-    return f"sqlite:///{(workdir / 'specfleet.db').resolve()}"
-
-
 def _stored_inputs(store, experiment_id: int, pairing) -> dict:
     """The typed configs and results (files read back) of the jobs that made the pairing's models and
     its curve (the pairing's own, where the experiment has several)."""
     from pipeline.core.kinds import kind as job_kind
     from pipeline.record import with_files
+    from pipeline.report_data import member_name
+
+    jobs = [j for j in store.experiment_results(experiment_id)
+            if j["kind"] in ("train_target", "train_drafter", "regenerate", "target_features", "measure_curve")]
 
     def ours(job) -> bool:
         config = job["config"]
-        target = config.get("target", config.get("name"))  # a train_target config is the target itself
-        names = [n if isinstance(n, str) else (n or {}).get("name") for n in (target, config.get("drafter"))]
         if job["kind"] == "measure_curve":
             return job["job_hash"] == pairing.jobs["measure_curve"]["job_hash"]
-        return names[0] in (pairing.target, None) and names[1] in (pairing.drafter, None)
+        if job["kind"] == "train_target":  # its config is the built-in target without its name; the plan's label has it
+            return job["name"] == f"train_target {pairing.target}"
+        if "drafter" in config:
+            return member_name(config["drafter"]) == pairing.drafter
+        return member_name(config["target"]) == pairing.target
 
     out = {}
-    for job in store.experiment_results(experiment_id):
-        if job["kind"] in ("train_target", "train_drafter", "regenerate", "target_features", "measure_curve") \
-                and ours(job):
+    for job in jobs:
+        if ours(job):
             kind = job_kind(job["kind"])
             out[job["kind"]] = (kind.config.model_validate(job["config"]),
                                 with_files(kind.result.model_validate(job["result"])))

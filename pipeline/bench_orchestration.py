@@ -152,13 +152,15 @@ def _recorded(folder: Path, connect: Callable, *, spec: ExperimentSpec, text: st
     from rich.console import Console
 
     from db.store import Store
+    from pipeline.cli_common import workdir_stores
     from pipeline.executor import run_plan
     from pipeline.tracking import Tracker
 
     # the URLs `specfleet run` makes for a work directory, never $SPECFLEET_DB or $MLFLOW_TRACKING_URI:
     # a benchmark writes only into its own folder
-    store = Store(f"sqlite:///{(folder / 'specfleet.db').resolve()}")
-    tracker = Tracker(f"sqlite:///{(folder / 'mlflow.db').resolve()}", str(folder / "mlflow-artifacts"))
+    db, mlflow, artifacts = workdir_stores(folder)
+    store = Store(db)
+    tracker = Tracker(mlflow, artifacts)
     quiet = Console(quiet=True)  # the progress view's drawing is the terminal's cost, not the executor's
     run = dict(spec=spec, spec_text=text, store=store, tracker=tracker, workdir=folder, console=quiet)
     try:

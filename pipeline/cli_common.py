@@ -20,8 +20,15 @@ DbOpt = Annotated[Optional[str], typer.Option("--db", help="Database URL (defaul
 MlflowOpt = Annotated[Optional[str], typer.Option("--mlflow", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or SQLite in the workdir).")]
 
 
+def workdir_stores(workdir: Path) -> tuple[str, str, str]:
+    """(database URL, MLflow tracking URI, MLflow artifact root) of the embedded default: SQLite files
+    and a folder in the work directory."""
+    return (f"sqlite:///{(workdir / 'specfleet.db').resolve()}", f"sqlite:///{(workdir / 'mlflow.db').resolve()}",
+            str(workdir / "mlflow-artifacts"))
+
+
 def db_url(workdir: Path, db: str | None) -> str:
-    return db or os.environ.get("SPECFLEET_DB") or f"sqlite:///{(workdir / 'specfleet.db').resolve()}"
+    return db or os.environ.get("SPECFLEET_DB") or workdir_stores(workdir)[0]
 
 
 def mlflow_uri(workdir: Path, uri: str | None) -> tuple[str, str | None]:
@@ -29,7 +36,7 @@ def mlflow_uri(workdir: Path, uri: str | None) -> tuple[str, str | None]:
     chosen = uri or os.environ.get("MLFLOW_TRACKING_URI")
     if chosen:
         return chosen, None
-    return f"sqlite:///{(workdir / 'mlflow.db').resolve()}", str(workdir / "mlflow-artifacts")
+    return workdir_stores(workdir)[1:]
 
 
 def open_store(workdir: Path, db: str | None, retry_s: float | None = None):

@@ -106,8 +106,6 @@ def bench(
     HF generate, autotune against brute force, orchestration overhead, training speed. Not a test."""
     from pipeline.bench import run_bench
 
-    if not spec.is_file():
-        raise UserError(f"--spec: no such file {spec}")
     run_bench(spec=spec, workdir=workdir, out=folder, jobs=jobs, ttt_depths=(1, 2, 4, 8), train_steps=train_steps,
               log=lambda line: err.print(line, markup=False, soft_wrap=True, highlight=False))
     out.print((folder / "bench.md").read_text(), markup=False, soft_wrap=True)

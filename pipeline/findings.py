@@ -73,18 +73,22 @@ def markdown_condition_table(values: dict[str, dict[str, float]], conditions: li
     head = "| pairing | " + " | ".join(conditions) + " |"
     lines = [head, "|---|" + "---|" * len(conditions)]
     for label in sorted(values):
-        row = values[label]
-        cells = []
-        for c in conditions:
-            v = row.get(c)
-            if v is None:
-                cells.append("")
-            elif c == base or base not in row:
-                cells.append(f"{v:.3f}")
-            else:
-                cells.append(f"{v:.3f} ({(v - row[base]) / row[base] * 100:+.0f}%)")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label} | " + " | ".join(condition_cells(values[label], conditions, base)) + " |")
     return "\n".join(lines)
+
+
+def condition_cells(row: dict[str, float], conditions: list[str], base: str) -> list[str]:
+    """One pairing's value per condition, each with its change against `base` ("" where not measured)."""
+    cells = []
+    for c in conditions:
+        v = row.get(c)
+        if v is None:
+            cells.append("")
+        elif c == base or not row.get(base):
+            cells.append(f"{v:.3f}")
+        else:
+            cells.append(f"{v:.3f} ({(v - row[base]) / row[base] * 100:+.0f}%)")
+    return cells
 
 
 def plot_findings(curves, diags, *, condition: str, temperature: float, path: str | Path, title: str) -> Path:

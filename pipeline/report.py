@@ -207,14 +207,27 @@ def speedup_table(checks: list[tuple]) -> Table:
         table.add_column(col, justify="left" if col in ("target", "drafter", "") else "right")
     for target, drafter, check in checks:
         for k, (pred, meas) in enumerate(zip(check.predicted_speedup, check.measured_speedup)):
-            marks = ["chosen" if k == check.chosen_depth else "", "best measured" if k == check.best_measured_depth else ""]
             table.add_row(target if k == 0 else "", drafter if k == 0 else "", str(k), f"{pred:.3f}x", f"{meas:.3f}x",
-                          f"{check.tokens_per_s[k]:.1f}", f"{check.engine_accept_len[k]:.3f}",
-                          ", ".join(m for m in marks if m))
+                          f"{check.tokens_per_s[k]:.1f}", f"{check.engine_accept_len[k]:.3f}", depth_marks(check, k))
         verdict = f"[green]passed[/green]: chosen k reaches {check.chosen_vs_best:.1%} of the best" \
             if check.passed else "[red]failed[/red]: " + "; ".join(check.problems)
         table.add_row("", "", "", "", "", "", "", verdict, end_section=True)
     return table
+
+
+def depth_marks(check, k: int) -> str:
+    """What depth k is in an engine benchmark: the chosen depth, the best measured one, both or neither."""
+    return ", ".join(m for m, on in (("chosen", k == check.chosen_depth), ("best measured", k == check.best_measured_depth))
+                     if on)
+
+
+def hf_predicted(check, run) -> float | None:
+    """specfleet's predicted speedup at the depth an HF assisted run drafted, where that run drafts a fixed
+    number of tokens (no confidence cut-off) within the benchmarked depths; else None."""
+    k = run.num_assistant_tokens
+    if k is None or run.confidence_threshold != 0 or k >= len(check.predicted_speedup):
+        return None
+    return check.predicted_speedup[k]
 
 
 def engine_tables(checks: list[tuple]):
@@ -239,9 +252,8 @@ def hf_table(checks: list[tuple]) -> Table | None:
         table.add_row(target, drafter, f"specfleet engine, chosen k={check.chosen_depth}", f"{ours:.1f}",
                       f"{ours / plain:.3f}x", f"{check.predicted_speedup[check.chosen_depth]:.3f}x", "")
         for run in check.hf_runs:
-            k = run.num_assistant_tokens
-            predicted = f"{check.predicted_speedup[k]:.3f}x" if k is not None and run.confidence_threshold == 0 \
-                and k < len(check.predicted_speedup) else ""
+            at = hf_predicted(check, run)
+            predicted = f"{at:.3f}x" if at is not None else ""
             table.add_row("", "", f"HF {run.name}", f"{run.tokens_per_s:.1f}", f"{run.speedup:.3f}x", predicted,
                           str(run.mismatches))
         table.add_section()

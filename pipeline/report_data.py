@@ -72,7 +72,7 @@ def load_experiment(store, name: str) -> ExperimentRecord:
             continue
         try:  # a result or config an older release stored in another shape is listed, not shown
             job["typed"] = job_kind(job["kind"]).result.model_validate(job["result"])
-            job["pairing"] = (_name(job["config"]["target"]), _name(job["config"]["drafter"]))
+            job["pairing"] = (member_name(job["config"]["target"]), member_name(job["config"]["drafter"]))
         except (ValidationError, KeyError, TypeError):
             skipped.append(job["name"])
             continue
@@ -113,6 +113,6 @@ def _attach(pairing: Pairing, job: dict) -> None:
                                  "duration_s": job["duration_s"], "seed": job["config"].get("seed", 0)}
 
 
-def _name(ref) -> str:
+def member_name(ref) -> str:
     """A pairing member's name from a job config: a select job stores the name, others the whole spec."""
     return ref if isinstance(ref, str) else ref["name"]

@@ -6,6 +6,7 @@ conditions, batch sizes, drafters and experiments.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from pipeline.core.intervals import BatchSpeedup, curve_bands
@@ -13,6 +14,15 @@ from pipeline.findings import ordered_conditions
 from pipeline.report import integer_depths, pyplot, save_figure
 
 LEVEL = 0.9
+
+
+@functools.lru_cache(maxsize=512)
+def bands_of(curve, per_prompt) -> tuple:
+    """(survival, accept_len) bands of a stored curve (hashable: its per-prompt rows are tuples), drawn
+    once per report: its figures and tables read the same curves."""
+    return curve_bands(curve, per_prompt, level=LEVEL)
+
+
 # the drift diagnostics a report compares across drafters (draft_attn is the complement of the other two)
 REPORT_DRIFT = ("rms", "sink_attn", "recent_attn", "attn_entropy")
 
@@ -32,7 +42,7 @@ def plot_acceptance(pairing, path: str | Path) -> Path:
         for curve, per_prompt in zip(measured.curves, measured.per_prompt):
             if curve.temperature != temperature:
                 continue
-            survival, accept_len = curve_bands(curve, per_prompt, level=LEVEL)
+            survival, accept_len = bands_of(curve, per_prompt)
             depths, c = range(1, curve.max_depth + 1), colour[_label(curve)]
             row[0].plot(depths, survival.value, "o-", ms=3, color=c, label=_label(curve))
             row[0].fill_between(depths, survival.lo, survival.hi, color=c, alpha=0.15)
@@ -107,7 +117,7 @@ def plot_condition_bars(pairings, *, temperature: float, path: str | Path, title
         for i, p in enumerate(pairings):
             for curve, per_prompt in zip(p.measured.curves, p.measured.per_prompt):
                 if curve.temperature == temperature and curve.condition == condition and not curve.category:
-                    accept_len = curve_bands(curve, per_prompt, level=LEVEL)[1]
+                    accept_len = bands_of(curve, per_prompt)[1]
                     xs.append(i + (j - (len(conditions) - 1) / 2) * width)
                     ys.append(accept_len.value[-1])
                     errs[0].append(accept_len.value[-1] - accept_len.lo[-1])
@@ -127,7 +137,7 @@ def plot_compare(label_a: str, a, label_b: str, b, path: str | Path, title: str)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.6))
     for i, (label, (pairing, by_batch)) in enumerate(((label_a, a), (label_b, b))):
         curve, per_prompt = pairing.measured.curves[0], pairing.measured.per_prompt[0]
-        accept_len = curve_bands(curve, per_prompt, level=LEVEL)[1]
+        accept_len = bands_of(curve, per_prompt)[1]
         depths = range(curve.max_depth + 1)
         ax1.plot(depths, accept_len.value, "o-", ms=3, color=f"C{i}", label=label)
         ax1.fill_between(depths, accept_len.lo, accept_len.hi, color=f"C{i}", alpha=0.15)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from pipeline.core.intervals import BatchSpeedup, curve_bands
-from pipeline.findings import ordered_conditions
-from pipeline.report import tree_label
-from pipeline.report_figures import LEVEL, REPORT_DRIFT
+from pipeline.core.intervals import BatchSpeedup
+from pipeline.findings import condition_cells, ordered_conditions
+from pipeline.report import depth_marks, hf_predicted, tree_label
+from pipeline.report_figures import LEVEL, REPORT_DRIFT, bands_of
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def accept_len_table(pairings) -> Table:
     rows = []
     for p in pairings:
         curve = p.measured.curves[0]
-        band = curve_bands(curve, p.measured.per_prompt[0], level=LEVEL)[1]
+        band = bands_of(curve, p.measured.per_prompt[0])[1]
         rows.append((p.label, f"{curve.condition}, T={curve.temperature:g}",
                      *(_ci(band.value[k], band.lo[k], band.hi[k]) if k <= curve.max_depth else ""
                        for k in range(1, depth + 1))))
@@ -107,9 +107,7 @@ def condition_table(pairings, *, temperature: float) -> Table:
     for p in pairings:
         values = {c.condition: c.accept_len[-1] for c in p.measured.curves
                   if c.temperature == temperature and not c.category}
-        base = values.get(conditions[0])
-        rows.append((p.label, *("" if c not in values else f"{values[c]:.3f}" if c == conditions[0] or not base
-                                else f"{values[c]:.3f} ({(values[c] - base) / base * 100:+.0f}%)" for c in conditions)))
+        rows.append((p.label, *condition_cells(values, conditions, conditions[0])))
     return Table(f"accept_len at the deepest depth by condition, T={temperature:g} (change against {conditions[0]})",
                  ("pairing", *conditions), tuple(rows))
 
@@ -120,9 +118,8 @@ def speedup_check_table(pairings) -> Table:
     for p in pairings:
         check = p.validated.speedup_check
         for k, (pred, meas) in enumerate(zip(check.predicted_speedup, check.measured_speedup)):
-            marks = ["chosen" if k == check.chosen_depth else "", "best measured" if k == check.best_measured_depth else ""]
             rows.append((p.label if k == 0 else "", str(k), f"{pred:.3f}", f"{meas:.3f}", f"{check.tokens_per_s[k]:.1f}",
-                         f"{check.engine_accept_len[k]:.3f}", ", ".join(m for m in marks if m)))
+                         f"{check.engine_accept_len[k]:.3f}", depth_marks(check, k)))
         rows.append(("", "", "", "", "", "", f"passed, chosen reaches {check.chosen_vs_best:.1%} of the best"
                      if check.passed else "failed: " + "; ".join(check.problems)))
     return Table("Predicted against measured speedup (the real engine, batch size 1)",
@@ -165,11 +162,9 @@ def hf_table(pairings) -> Table:
         rows.append((p.label, f"specfleet engine, chosen k = {k}", f"{check.tokens_per_s[k]:.1f}",
                      f"{check.tokens_per_s[k] / plain:.3f}", f"{check.predicted_speedup[k]:.3f}", ""))
         for run in check.hf_runs:
-            n = run.num_assistant_tokens
-            predicted = f"{check.predicted_speedup[n]:.3f}" if n is not None and run.confidence_threshold == 0 \
-                and n < len(check.predicted_speedup) else ""
-            rows.append(("", f"HF {run.name}", f"{run.tokens_per_s:.1f}", f"{run.speedup:.3f}", predicted,
-                         str(run.mismatches)))
+            at = hf_predicted(check, run)
+            rows.append(("", f"HF {run.name}", f"{run.tokens_per_s:.1f}", f"{run.speedup:.3f}",
+                         f"{at:.3f}" if at is not None else "", str(run.mismatches)))
     return Table("Hugging Face generate on the same prompts (an engine specfleet did not write)",
                  ("pairing", "engine", "tokens/s", "over HF generate", "specfleet predicted", "greedy diffs"),
                  tuple(rows))

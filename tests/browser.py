@@ -124,6 +124,12 @@ def _collect(message: dict, errors: list[str]) -> None:
         errors.append("load failed: " + params.get("errorText", ""))
 
 
-def required() -> bool:
-    """Whether a missing browser fails the test instead of skipping it (CI sets this)."""
-    return os.environ.get("SPECFLEET_REQUIRE_BROWSER") == "1"
+def need_chromium() -> None:
+    """Skip the calling test when Chromium is not installed, or fail it where a browser is required
+    (SPECFLEET_REQUIRE_BROWSER=1: CI)."""
+    import pytest
+
+    if chromium() is None:
+        if os.environ.get("SPECFLEET_REQUIRE_BROWSER") == "1":
+            pytest.fail("chromium is not installed (Debian: apt-get install chromium)")
+        pytest.skip("chromium is not installed")

@@ -205,10 +205,7 @@ def test_report_pages_render_in_chromium_and_land_in_mlflow(first_run):
     import browser
 
     tmp_path, _, _ = first_run
-    if browser.chromium() is None:
-        if browser.required():
-            pytest.fail("chromium is not installed (Debian: apt-get install chromium)")
-        pytest.skip("chromium is not installed")
+    browser.need_chromium()
     store = _store(tmp_path)
     first, second = store.experiments()
     store.close()

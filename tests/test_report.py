@@ -63,10 +63,7 @@ def test_tables_escape_html_and_markdown_pipes():
 def test_the_browser_check_catches_a_broken_figure_and_a_console_error(tmp_path):
     import browser
 
-    if browser.chromium() is None:
-        if browser.required():
-            pytest.fail("chromium is not installed (Debian: apt-get install chromium)")
-        pytest.skip("chromium is not installed")
+    browser.need_chromium()
     page = Path(tmp_path / "bad.html")
     page.write_text('<!DOCTYPE html><html><head><title>t</title></head><body><img src="missing.png">'
                     '<script>console.error("boom")</script></body></html>')
