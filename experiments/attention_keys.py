@@ -16,7 +16,6 @@ from collections import Counter
 
 import torch
 
-from pipeline.core.files import pack_dir
 from workers.chains import draft_all_chains
 from workers.diagnostics import sink_keys
 from workers.eagle_checkpoint import load_eagle3
@@ -42,7 +41,8 @@ def main() -> None:
     torch.set_num_threads(2)
     target, tok = load_model(hf=args.hf, gguf=args.gguf, package=args.package, device=torch.device("cpu"),
                              dtype=torch.float32)
-    drafter = load_eagle3(pack_dir(args.checkpoint), device="cpu", dtype=torch.float32)
+    drafter = load_eagle3(args.checkpoint, embedding=target.get_input_embeddings().weight, device="cpu",
+                          dtype=torch.float32)
     prompts = build_prompts(tok, corpus="chat", condition=args.condition, num_prompts=args.prompts, prompt_len=128,
                             long_context_len=512, seed=0, answer_prefix=args.answer_prefix)
     where = [Counter() for _ in range(args.depth)]

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from pipeline import engines
+from pipeline.core.artifacts import materialise
 from pipeline.core.files import write_file
 from pipeline.core.schedule import check_schedule
 from pipeline.core.sources import looks_like_path
@@ -93,10 +94,13 @@ def drafter_path(store, row: dict, workdir: Path, given: str | None, method: str
         raise UserError(f"--drafter-path: no trained checkpoint (with its family) is recorded for "
                         f"{row['target']}/{row['drafter']} (a drafter given by path: in its spec, or one trained "
                         "by an older release); name the drafter's path")
-    if not trained.checkpoint_dir or not Path(trained.checkpoint_dir).is_dir():
-        raise UserError(f"--drafter-path: the trained checkpoint of {row['target']}/{row['drafter']}, "
-                        f"{trained.checkpoint_dir}, is not on this machine (a database shared with the machine "
-                        "that trained it?); copy it here or name the drafter's path")
+    try:  # a folder store's checkpoint in place; a remote store's fetched into this machine's cache
+        if not trained.files_uri:
+            raise ValueError("no checkpoint is recorded with it")
+        checkpoint = materialise(trained.files_uri, trained.files_sha256)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise UserError(f"--drafter-path: the trained checkpoint of {row['target']}/{row['drafter']} cannot be read "
+                        f"here ({str(exc).splitlines()[0]}); name the drafter's path") from None
     family = _family(trained)
     if export_format != "eagle3" and family.name != "eagle3":
         raise UserError(f"--export-format: {row['drafter']} is a {family.name} drafter, served from its own folder; "
@@ -107,7 +111,7 @@ def drafter_path(store, row: dict, workdir: Path, given: str | None, method: str
     job = row["drafter_job_hash"]
     out = workdir / "exports" / (job if export_format == "eagle3" else f"{job}-{export_format}")
     try:
-        return family.export(Path(trained.checkpoint_dir), out, export_format, verifier=_verifier(store, job))
+        return family.export(checkpoint, out, export_format, verifier=_verifier(store, job))
     except ValueError as exc:  # a variant no stock engine runs
         raise UserError(f"--engine: {exc}; pass --drafter-path to a checkpoint the engine can run") from None
     except RuntimeError as exc:  # a checkpoint that cannot be read

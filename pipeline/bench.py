@@ -88,10 +88,9 @@ def _run_experiment(spec: Path, workdir: Path, log) -> float:
 
 
 def _stored_inputs(store, experiment_id: int, pairing) -> dict:
-    """The typed configs and results (files read back) of the jobs that made the pairing's models and
+    """The typed configs and results (files by reference) of the jobs that made the pairing's models and
     its curve (the pairing's own, where the experiment has several)."""
     from pipeline.core.kinds import kind as job_kind
-    from pipeline.record import with_files
     from pipeline.report_data import member_name
 
     jobs = [j for j in store.experiment_results(experiment_id)
@@ -112,7 +111,7 @@ def _stored_inputs(store, experiment_id: int, pairing) -> dict:
         if ours(job):
             kind = job_kind(job["kind"])
             out[job["kind"]] = (kind.config.model_validate(job["config"]),
-                                with_files(kind.result.model_validate(job["result"])))
+                                kind.result.model_validate(job["result"]))
     if "train_drafter" not in out or "measure_curve" not in out:
         raise UserError("the bench experiment stored no trained drafter or no curve")
     return out

@@ -102,7 +102,7 @@ def _reseeded(job: Job, seed: int) -> Job:
                    hash=job_hash(job.kind, config.hashed(), dict(job.deps), CODE_VERSION))
 
 
-def _run_kind(kind: str, config, inputs: dict, *, num_cpus: float, num_gpus: float, progress):
+def _run_kind(kind: str, config, inputs: dict, *, num_cpus: float, num_gpus: float, progress, **_):
     """A job as the kind registry runs it, without the worker dispatch's torch set-up: what the
     direct loop calls, and what the in-process cluster runs."""
     return resolve(job_kind(kind).run)(config, inputs, num_gpus=num_gpus, progress=progress)

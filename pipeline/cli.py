@@ -50,6 +50,10 @@ def run(
     retry_s: Annotated[Optional[float], typer.Option(
         "--retry-s", help="How long database and MLflow calls wait out an outage before the run stops "
                           "(default: $SPECFLEET_DB_RETRY_S and $SPECFLEET_MLFLOW_RETRY_S, else 60).")] = None,
+    checkpoints: Annotated[Optional[str], typer.Option(
+        "--checkpoints", help="Where jobs store trained models and data, by reference: a folder every node mounts, "
+                              "or a URI MLflow writes artifacts to (s3://, gs://, ...) (default: "
+                              "$SPECFLEET_CHECKPOINTS, else an MLflow server's artifact store, else the workdir).")] = None,
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
     mlflow: MlflowOpt = None,
@@ -71,7 +75,8 @@ def run(
         if dry_run:
             _print_plan(plan, workdir, db)
             return
-        _run(plan, parsed, text, workdir, db, mlflow, joined or (lambda: _ray_cluster(None, runtime_env)), retry_s)
+        _run(plan, parsed, text, workdir, db, mlflow, joined or (lambda: _ray_cluster(None, runtime_env)), retry_s,
+             checkpoints or os.environ.get("SPECFLEET_CHECKPOINTS"))
     finally:
         if joined is not None:
             joined.close()
@@ -90,7 +95,8 @@ def _plan(parsed, cluster):
     return build_plan(parsed, code_version, worker)
 
 
-def _run(plan, parsed, text: str, workdir: Path, db, mlflow, cluster, retry_s: float | None) -> None:
+def _run(plan, parsed, text: str, workdir: Path, db, mlflow, cluster, retry_s: float | None,
+         checkpoints: str | None = None) -> None:
     """Run `plan` on `cluster` (a joined one, or a function starting the local one when needed)."""
     from pipeline.executor import run_plan
     from pipeline.run_summary import selected_rows, speedup_checks
@@ -103,7 +109,8 @@ def _run(plan, parsed, text: str, workdir: Path, db, mlflow, cluster, retry_s: f
     store = open_store(workdir, db, retry_s)
     try:
         summary = run_plan(plan, spec=parsed, spec_text=text, store=store, tracker=tracker, workdir=workdir,
-                           connect=cluster if callable(cluster) else lambda: cluster, console=err)
+                           connect=cluster if callable(cluster) else lambda: cluster, console=err,
+                           checkpoints=checkpoints)
         names = {j.hash: j.name for j in plan.jobs}
         out.print(f"experiment {parsed.name} (id {summary.experiment_id}, MLflow run {summary.mlflow_run_id}) on "
                   f"{summary.cluster}: {len(summary.done)} ran, "

@@ -1,8 +1,9 @@
 """The Ray cluster the executor runs jobs on by default (the only ray import).
 
 Jobs run as Ray tasks with the resources their kind asks for; a job's inputs are passed as
-object refs, so Ray starts it when its dependencies are done and moves their results (small
-dicts, checkpoints as bytes) to whichever node runs it.
+object refs, so Ray starts it when its dependencies are done and moves their results to
+whichever node runs it. Results are small: files travel by reference (pipeline/core/artifacts.py),
+each node fetching what its jobs read.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ class ProgressBoard:
 
 
 @ray.remote(num_returns=2)
-def _run_job(kind, config, num_cpus, num_gpus, job_hash, board, dep_names, *dep_values):
+def _run_job(kind, config, num_cpus, num_gpus, job_hash, checkpoints, board, dep_names, *dep_values):
     """(the job's result, what it logged on the worker)."""
     board.started.remote(job_hash)  # first, so any failure below is this job's own
     import socket
@@ -55,7 +56,8 @@ def _run_job(kind, config, num_cpus, num_gpus, job_hash, board, dep_names, *dep_
 
     inputs = dict(zip(dep_names, dep_values))
     with captured(f"{kind} {job_hash[:12]} on {socket.gethostname()}") as log:
-        result = run_job(kind, config, inputs, num_cpus=num_cpus, num_gpus=num_gpus, progress=progress)
+        result = run_job(kind, config, inputs, num_cpus=num_cpus, num_gpus=num_gpus, progress=progress,
+                         checkpoints=checkpoints, job_hash=job_hash)
     return result, log()
 
 
@@ -75,14 +77,16 @@ class RayCluster:
     board: object = None
     logs: dict = field(default_factory=dict)  # result ref -> the ref of what the job logged
 
-    def submit(self, job, deps: dict):
-        """deps: input name -> object ref (or value). Returns the job's result ref."""
+    def submit(self, job, deps: dict, checkpoints: str):
+        """deps: input name -> object ref (or value); checkpoints: where the job stores its files.
+        Returns the job's result ref."""
         names = tuple(deps)
         placed = {"accelerator_type": job.accelerator_type} if job.accelerator_type else {}
         result, log = _run_job.options(
             num_cpus=job.num_cpus, num_gpus=job.num_gpus, name=job.name, max_retries=1, retry_exceptions=False,
             **placed,
-        ).remote(job.kind, job.config, job.num_cpus, job.num_gpus, job.hash, self.board, names, *deps.values())
+        ).remote(job.kind, job.config, job.num_cpus, job.num_gpus, job.hash, checkpoints, self.board, names,
+                 *deps.values())
         self.logs[result] = log  # dependents take the result; the driver reads the log when recording
         return result
 
@@ -117,6 +121,11 @@ class RayCluster:
     def cancel(self, refs: list) -> None:
         for ref in refs:
             ray.cancel(ref, force=True)
+
+    def elsewhere(self) -> int:
+        """Alive nodes whose address is not this driver's (a cluster on one machine has none)."""
+        here = ray.util.get_node_ip_address()
+        return sum(1 for n in ray.nodes() if n.get("Alive") and n.get("NodeManagerAddress") != here)
 
     def close(self) -> None:
         if self.started_here and ray.is_initialized():

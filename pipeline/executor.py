@@ -23,13 +23,15 @@ from typing import Protocol
 
 from db.owners import new_owner
 from db.secrets import mask_secrets
+from pipeline.core.artifacts import resolved_root
 from pipeline.core.contracts import Stored
 from pipeline.core.files import clean_partials
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.kinds import resolve
 from pipeline.plan import Job, Plan
 from pipeline.progress import ProgressView
-from pipeline.record import Recording, finished, intact, with_files
+from pipeline.errors import UserError
+from pipeline.record import Recording, finished, intact
 from pipeline.report import plot_comparison
 from pipeline.tracking import Tracker
 from pipeline.unrecorded import Unrecorded
@@ -39,7 +41,9 @@ class Cluster(Protocol):
     address: str
 
     def check_resources(self, requests: dict[str, tuple[float, float, str | None]]) -> str: ...
-    def submit(self, job: Job, deps: dict): ...  # deps: input name -> ref; returns the result's ref
+    # deps: input name -> ref; checkpoints: the store the job puts its files in (pipeline/core/artifacts.py);
+    # returns the result's ref
+    def submit(self, job: Job, deps: dict, checkpoints: str): ...
     def put(self, value): ...  # a ref to a value already known (a reused result)
     def wait(self, refs: list, timeout: float) -> list: ...  # the refs that are done
     def get(self, ref): ...  # the result, or the job's exception
@@ -47,6 +51,7 @@ class Cluster(Protocol):
     def progress(self) -> dict[str, dict]: ...  # job hash -> {"started": ..., "step": ...}
     def cancel(self, refs: list) -> None: ...
     def close(self) -> None: ...
+    def elsewhere(self) -> int: ...  # alive nodes on other machines than this driver's
 
 
 @dataclass
@@ -98,14 +103,16 @@ class Context:
     mlflow_experiment: str = ""
     parent_run: str = ""
     jobs: dict[str, Job] = field(default_factory=dict)  # the plan's jobs by hash
+    checkpoints: str = ""  # the store this run's jobs put their files in (pipeline/core/artifacts.py)
 
     def __post_init__(self):
         self.jobs = self.plan.by_hash()
 
 
 def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workdir: Path,
-             connect: Callable[[], Cluster], console) -> RunSummary:
-    """Run `plan`; `connect` is called only when some job has to run."""
+             connect: Callable[[], Cluster], console, checkpoints: str | None = None) -> RunSummary:
+    """Run `plan`; `connect` is called only when some job has to run. `checkpoints`: the store the
+    jobs put their files in (default: `checkpoint_store`'s choice)."""
     t0 = time.perf_counter()
     ctx = Context(plan, store, tracker, Unrecorded(workdir))
     ctx.store = OwnedStore(store, ctx.owner)
@@ -121,8 +128,14 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
     try:
         about = cl.check_resources({j.kind: (j.num_cpus, j.num_gpus, j.accelerator_type) for j in to_run}) \
             if cl is not None else "no cluster needed"
+        shared = checkpoints or tracker.is_server() or cl is None or not cl.elsewhere()
+        if not shared:
+            raise UserError(f"--checkpoints: the cluster has {cl.elsewhere()} node(s) on other machines, which cannot "
+                            f"read checkpoints in this machine's work directory: give a store every node reads (an "
+                            f"s3:// or gs:// URI, a shared folder) or log to an MLflow server (--mlflow http://...)")
         summary = _open_experiment(ctx, spec, spec_text, about)
         try:
+            ctx.checkpoints = checkpoint_store(tracker, ctx.parent_run, workdir, checkpoints)
             reusable = _claim(ctx, reusable, console)
             summary.cached = list(reusable)
             runs: dict[str, str] = {}
@@ -139,6 +152,20 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
             cl.close()
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def checkpoint_store(tracker: Tracker, parent_run: str, workdir: Path, given: str | None) -> str:
+    """Where a run's jobs store their files: the store the user gave; else, logging to an MLflow
+    server, its artifact store (under the experiment's run, `checkpoints/`); else the work
+    directory's `checkpoints/` (the embedded default)."""
+    try:
+        if given:
+            return resolved_root(given, tracker.uri)
+        if tracker.is_server():
+            return resolved_root(f"{tracker.artifact_uri(parent_run).rstrip('/')}/checkpoints", tracker.uri)
+    except ValueError as exc:
+        raise UserError(f"--checkpoints: {exc}") from None
+    return str((Path(workdir) / "checkpoints").resolve())
 
 
 def _open_experiment(ctx: Context, spec, spec_text: str, about: str) -> RunSummary:
@@ -236,9 +263,9 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, run
             deps = {}
             for name, h in job.deps:
                 if h not in submitted and h not in reused_refs:
-                    reused_refs[h] = cl.put(with_files(reusable[h]))
+                    reused_refs[h] = cl.put(reusable[h])  # a reference: the job fetches the files
                 deps[name] = submitted.get(h, reused_refs.get(h))
-            ref = cl.submit(job, deps)
+            ref = cl.submit(job, deps, ctx.checkpoints)
             submitted[job.hash], pending[ref] = ref, job.hash
         view = ProgressView(console, jobs, cached={*summary.cached, *summary.recovered})
         seen: dict[str, float] = {}  # job hash -> when the board first showed it started

@@ -20,20 +20,23 @@ from pipeline.resources import fit_on_nodes
 class LocalRef:
     job: object | None = None
     deps: dict = field(default_factory=dict)
+    checkpoints: str = ""
     value: object = None
     error: BaseException | None = None
     done: bool = False
 
 
-def default_runner(kind, config, inputs, *, num_cpus, num_gpus, progress):
+def default_runner(kind, config, inputs, *, num_cpus, num_gpus, progress, checkpoints, job_hash):
     from workers.jobs.run import run_job  # torch, only once a job actually runs
 
-    return run_job(kind, config, inputs, num_cpus=num_cpus, num_gpus=num_gpus, progress=progress)
+    return run_job(kind, config, inputs, num_cpus=num_cpus, num_gpus=num_gpus, progress=progress,
+                   checkpoints=checkpoints, job_hash=job_hash)
 
 
 class LocalCluster:
-    """`runner(kind, config, inputs, *, num_cpus, num_gpus, progress)` runs one job (default: the
-    real worker entry point). `cpus` and `gpus` are what this one node offers."""
+    """`runner(kind, config, inputs, *, num_cpus, num_gpus, progress, checkpoints, job_hash)` runs one
+    job (default: the real worker entry point, which stores its files in `checkpoints`). `cpus`
+    and `gpus` are what this one node offers."""
 
     def __init__(self, runner: Callable = default_runner, *, cpus: float | None = None, gpus: float = 0):
         self.runner = runner
@@ -47,8 +50,8 @@ class LocalCluster:
     def check_resources(self, requests: dict[str, tuple[float, float, str | None]]) -> str:
         return fit_on_nodes(requests, [{"CPU": self.cpus, "GPU": self.gpus}])
 
-    def submit(self, job, deps: dict) -> LocalRef:
-        ref = LocalRef(job=job, deps=dict(deps))
+    def submit(self, job, deps: dict, checkpoints: str) -> LocalRef:
+        ref = LocalRef(job=job, deps=dict(deps), checkpoints=checkpoints)
         self.queue.append(ref)
         return ref
 
@@ -79,6 +82,9 @@ class LocalCluster:
                 if ref in self.queue:
                     self.queue.remove(ref)
 
+    def elsewhere(self) -> int:
+        return 0
+
     def close(self) -> None:
         self.closed = True
 
@@ -96,7 +102,7 @@ class LocalCluster:
         inputs = {name: dep.value for name, dep in ref.deps.items()}
         try:
             ref.value = self.runner(job.kind, job.config, inputs, num_cpus=job.num_cpus, num_gpus=job.num_gpus,
-                                    progress=progress)
+                                    progress=progress, checkpoints=ref.checkpoints, job_hash=job.hash)
         except Exception as exc:  # the job's own failure; KeyboardInterrupt goes to the executor
             ref.error = exc
         ref.done = True

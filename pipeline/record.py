@@ -20,7 +20,7 @@ from db.rows import (category_depth_rows, curve_rows, diagnostic_rows, rank_acce
                      tree_check_rows, tuned_config)
 from pipeline.core.categories import category_curves
 from pipeline.core.contracts import Dataset, Measured, Profiled, Selected, Stored, Trained, Validated
-from pipeline.core.files import dir_hash, pack_dir
+from pipeline.core.artifacts import present
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.trees import rank_accepts
 from pipeline.core.types import DRIFT_NAMES, Curve
@@ -45,8 +45,8 @@ class Recording:
 
 def finished(store, job_kind_name: str, job_hash: str, *, files_here: bool = True):
     """The typed result of a finished job, or None: not finished, stored by an older release in
-    another shape, or (with `files_here`) a checkpoint the work directory no longer has. Each
-    means: run it again. Without `files_here` a result is returned wherever its files are."""
+    another shape, or (with `files_here`) files its checkpoint store no longer holds. Each means:
+    run it again. Without `files_here` a result is returned however its files are."""
     stored = store.finished_result(job_hash)
     if stored is None:
         return None
@@ -55,24 +55,13 @@ def finished(store, job_kind_name: str, job_hash: str, *, files_here: bool = Tru
     except ValidationError:
         return None
     if files_here and isinstance(result, Stored) and not intact(result):
-        return None  # the work directory lost or damaged it: the job has to run again
+        return None  # the store lost or damaged it: the job has to run again
     return result
 
 
 def intact(result: Stored) -> bool:
-    """Whether a stored result's folder is still there holding what was recorded (its content
-    hash; results recorded before hashes were kept are checked for the folder alone)."""
-    folder = Path(result.checkpoint_dir) if result.checkpoint_dir else None
-    if folder is None or not folder.is_dir():
-        return False
-    return result.files_sha256 is None or dir_hash(folder) == result.files_sha256
-
-
-def with_files(result):
-    """A stored result with its files read back, to hand to a job as an input."""
-    if isinstance(result, Stored) and result.files is None:
-        return result.model_copy(update={"files": pack_dir(result.checkpoint_dir)})
-    return result
+    """Whether a stored result's reference still holds what was recorded (pipeline/core/artifacts.py)."""
+    return result.files_uri is not None and present(result.files_uri, result.files_sha256, result.file_sizes)
 
 
 def _stored_json(result) -> dict:
@@ -80,19 +69,26 @@ def _stored_json(result) -> dict:
 
 
 def record_trained(job: Job, result: Trained, rec: Recording) -> None:
-    """The checkpoint (already in the work directory, see pipeline/unrecorded.py) goes to MLflow."""
+    """Metrics and losses; the checkpoint stays where the job stored it, its run tagged with where."""
     rec.tracker.log_metrics(rec.run_id, result.metrics)
     for name, series in result.history.items():
         rec.tracker.log_series(rec.run_id, name, series)
-    rec.tracker.log_artifacts(rec.run_id, Path(result.checkpoint_dir), "checkpoint")
+    rec.tracker.set_tags(rec.run_id, checkpoint_tags(result))
     rec.store.mark_done(job.hash, result=_stored_json(result))
 
 
 def record_dataset(job: Job, result: Dataset, rec: Recording) -> None:
-    """Training data stays in the work directory only: MLflow gets its metrics (the files, up to
-    hundreds of megabytes of hidden states, are no one's to browse there)."""
+    """Training data (up to hundreds of megabytes of hidden states) stays where the job stored it:
+    MLflow gets its metrics and where it is."""
     rec.tracker.log_metrics(rec.run_id, result.metrics)
+    rec.tracker.set_tags(rec.run_id, checkpoint_tags(result))
     rec.store.mark_done(job.hash, result=_stored_json(result))
+
+
+def checkpoint_tags(result: Stored) -> dict[str, str]:
+    """What a job run says about its files: their store URI, content hash and size."""
+    return {"specfleet.files_uri": result.files_uri or "", "specfleet.files_sha256": result.files_sha256 or "",
+            "specfleet.files_bytes": str(sum(result.file_sizes.values()))}
 
 
 def record_measured(job: Job, result: Measured, rec: Recording) -> None:

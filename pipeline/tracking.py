@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from mlflow.entities import Metric, Param
+from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -139,8 +139,17 @@ class Tracker:
             self._starts[run_id] = self._call(self.client.get_run, run_id).info.start_time
         return self._starts[run_id]
 
-    def log_artifacts(self, run_id: str, folder: str | Path, artifact_path: str | None = None) -> None:
-        self._call(self.client.log_artifacts, run_id, str(folder), artifact_path)
+    def is_server(self) -> bool:
+        """Whether the tracking store is an MLflow server (whose artifact store every node can reach)."""
+        return self.uri.startswith(("http://", "https://"))
+
+    def artifact_uri(self, run_id: str) -> str:
+        """Where the run's artifacts go (a server's proxied `mlflow-artifacts:` URI, a bucket, a folder)."""
+        return self._call(self.client.get_run, run_id).info.artifact_uri
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        self._call(self.client.log_batch, run_id, metrics=[], params=[],
+                   tags=[RunTag(k, v) for k, v in tags.items()])
 
     def log_text(self, run_id: str, text: str, name: str) -> None:
         """A text artifact (a job's worker log)."""

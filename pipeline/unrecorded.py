@@ -1,8 +1,8 @@
 """Finished results the store does not have yet: kept on disk until they are recorded.
 
 A job's result reaches the driver once. Before anything is written to MLflow or the database,
-its checkpoint (if it has one) goes into the work directory and the rest of the result into
-`unrecorded/<job hash>.json`; the file is removed when the job is recorded. When recording
+it goes into `unrecorded/<job hash>.json` (a result with files holds their reference: the job
+stored them itself); the file is removed when the job is recorded. When recording
 fails (the database or MLflow was down for longer than the writes wait), the file stays, and
 the next run of a spec holding that job records it from there instead of running it again.
 """
@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from pipeline.core.contracts import Contract, Stored
+from pipeline.core.artifacts import sizes_of
 from pipeline.core.files import files_hash, write_dir, write_file
 from pipeline.core.kinds import kind as job_kind
 from pipeline.plan import Job
@@ -21,18 +22,20 @@ from pipeline.record import intact
 
 
 class Unrecorded:
-    """The `unrecorded/` folder of a work directory; checkpoints go to `checkpoints/`."""
+    """The `unrecorded/` folder of a work directory; the embedded default's checkpoint store is
+    its `checkpoints/`."""
 
     def __init__(self, workdir: Path):
         self.root = Path(workdir) / "unrecorded"
         self.checkpoints = Path(workdir) / "checkpoints"
 
     def keep(self, job: Job, result: Contract) -> Contract:
-        """Put `result` on disk; return it as it will be recorded (a checkpoint as its folder)."""
+        """Put `result` on disk; return it as it will be recorded. Files that came as bytes (a job
+        run in this process by a runner that does not store them) go to `checkpoints/` first."""
         if isinstance(result, Stored) and result.files is not None:
             digest = files_hash(result.files)
-            folder = write_dir(result.files, self.checkpoints / job.hash, digest)  # absolute: runs start anywhere
-            result = result.without_files(str(folder.resolve()), digest)
+            folder = write_dir(result.files, self.checkpoints / job.hash, digest)
+            result = result.by_reference(str(folder.resolve()), digest, sizes_of(folder))
         write_file(self._path(job.hash), json.dumps({"kind": job.kind, "result": result.model_dump(mode="json")}))
         return result
 

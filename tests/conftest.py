@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,13 +25,14 @@ TINY_DRAFT_TRAIN = dict(ttt_depth=2, steps=15, lr=3e-3, batch_size=8, seq_len=64
 def tiny_target():
     import torch
 
+    from pipeline.core.files import cached_dir
     from pipeline.core.settings import BuiltinTarget
     from workers.models import load_model
     from workers.target import train_builtin_target
 
     torch.set_num_threads(2)
     files, _ = train_builtin_target(builtin=BuiltinTarget(**TINY_TARGET), seed=0)
-    model, tokenizer = load_model(files=files, device=torch.device("cpu"), dtype=torch.float32)
+    model, tokenizer = load_model(folder=cached_dir(files), device=torch.device("cpu"), dtype=torch.float32)
     return model, tokenizer, files
 
 
@@ -35,6 +41,7 @@ def tiny_drafters(tiny_target):
     """A trained pre-norm and post-norm drafter on the tiny target."""
     import torch
 
+    from pipeline.core.files import cached_dir
     from pipeline.core.settings import Eagle3DrafterSpec
     from workers.eagle_checkpoint import load_eagle3
     from workers.eagle_train import train_eagle3
@@ -44,7 +51,8 @@ def tiny_drafters(tiny_target):
     for norm in ("pre", "post"):
         spec = Eagle3DrafterSpec(name=norm, norm=norm, fc_norm=norm == "post", fusion="tri", train=TINY_DRAFT_TRAIN)
         files, _ = train_eagle3(target=target, tokenizer=tokenizer, spec=spec, seed=0, device=torch.device("cpu"))
-        out[norm] = (load_eagle3(files, device="cpu", dtype=torch.float32), files)
+        out[norm] = (load_eagle3(cached_dir(files), embedding=target.get_input_embeddings().weight, device="cpu",
+                                 dtype=torch.float32), files)
     return out
 
 
@@ -83,3 +91,26 @@ def with_mlflow_store(folder: Path, template: Path) -> Path:
     if not (folder / "mlflow.db").exists():
         shutil.copyfile(template, folder / "mlflow.db")
     return folder
+
+
+@contextmanager
+def running_mlflow_server(*store_args: str):
+    """An `mlflow server` on loopback with the given store options, its port once it answers."""
+    port = free_port()
+    server = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "server", *store_args, "--host", "127.0.0.1",
+                               "--port", str(port), "--workers", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    pytest.fail("mlflow server did not start within 90 s")
+                time.sleep(0.5)
+        yield port
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -60,7 +60,7 @@ def checkpoint_dir(tmp_path, files):
 
 
 def test_trained_drafter_is_exported_once_for_the_engine(tmp_path, tiny_drafters):
-    store = FakeStore({"d" * 64: {"checkpoint_dir": checkpoint_dir(tmp_path, tiny_drafters["pre"][1]), "metrics": {},
+    store = FakeStore({"d" * 64: {"files_uri": checkpoint_dir(tmp_path, tiny_drafters["pre"][1]), "metrics": {},
                                   "family": "eagle3"}})
     row = {"target": "t", "drafter": "pre", "drafter_job_hash": "d" * 64}
     path, method = drafter_path(store, row, tmp_path / "work", None)
@@ -88,20 +88,20 @@ def test_trained_drafter_is_exported_once_for_the_engine(tmp_path, tiny_drafters
 def test_a_draft_model_is_served_from_its_folder_as_its_family_says(tmp_path, tiny_target):
     """The family recorded with the trained drafter decides, not what files the folder holds."""
     folder = checkpoint_dir(tmp_path, tiny_target[2])
-    store = FakeStore({"s" * 64: {"checkpoint_dir": folder, "metrics": {}, "family": "standalone"}})
+    store = FakeStore({"s" * 64: {"files_uri": folder, "metrics": {}, "family": "standalone"}})
     row = {"target": "t", "drafter": "small", "drafter_job_hash": "s" * 64}
     assert drafter_path(store, row, tmp_path / "work", None) == (str(Path(folder).resolve()), "draft_model")
     assert not (tmp_path / "work").exists()  # nothing to export
-    old = FakeStore({"s" * 64: {"checkpoint_dir": folder, "metrics": {}}})  # stored before families were kept
+    old = FakeStore({"s" * 64: {"files_uri": folder, "metrics": {}}})  # stored before families were kept
     with pytest.raises(UserError, match="or one trained by an older release"):
         drafter_path(old, row, tmp_path / "work", None)
 
 
 def test_a_checkpoint_on_another_machine_is_an_error_naming_it(tmp_path):
     """A database shared between machines: the trained drafter is recorded, its folder is not here."""
-    store = FakeStore({"d" * 64: {"checkpoint_dir": "/elsewhere/ckpt/d", "metrics": {}, "family": "eagle3"}})
+    store = FakeStore({"d" * 64: {"files_uri": "/elsewhere/ckpt/d", "metrics": {}, "family": "eagle3"}})
     row = {"target": "t", "drafter": "pre", "drafter_job_hash": "d" * 64}
-    with pytest.raises(UserError, match=r"t/pre, /elsewhere/ckpt/d, is not on this machine"):
+    with pytest.raises(UserError, match=r"t/pre cannot be read here \(checkpoint /elsewhere/ckpt/d: no such folder"):
         drafter_path(store, row, tmp_path / "work", None)
     assert not (tmp_path / "work").exists()
 
@@ -148,7 +148,7 @@ def test_several_active_versions_pick_the_newest_unless_told():
 
 
 def test_post_norm_drafter_is_not_exported_silently(tmp_path, tiny_drafters):
-    store = FakeStore({"e" * 64: {"checkpoint_dir": checkpoint_dir(tmp_path, tiny_drafters["post"][1]), "metrics": {},
+    store = FakeStore({"e" * 64: {"files_uri": checkpoint_dir(tmp_path, tiny_drafters["post"][1]), "metrics": {},
                                   "family": "eagle3"}})
     with pytest.raises(UserError, match="norm: post"):
         drafter_path(store, {"target": "t", "drafter": "post", "drafter_job_hash": "e" * 64}, tmp_path, None)

@@ -58,7 +58,7 @@ def test_leftovers_of_dead_writers_are_cleaned_and_live_ones_kept(tmp_path):
 
 def _checkpoint(store, name: str) -> Path:
     job = next(j for j in store.jobs() if j["name"] == name)
-    return Path(store.finished_result(job["job_hash"])["checkpoint_dir"])
+    return Path(store.finished_result(job["job_hash"])["files_uri"])
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "delete", "extra file"])

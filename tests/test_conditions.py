@@ -46,9 +46,10 @@ def test_chat_samples_are_split_and_templated():
 
 
 def test_prompt_formats(chat_target):
+    from pipeline.core.files import cached_dir
     from workers.models import load_model
 
-    _, tok = load_model(files=chat_target.files, device=torch.device("cpu"), dtype=torch.float32)
+    _, tok = load_model(folder=cached_dir(chat_target.files), device=torch.device("cpu"), dtype=torch.float32)
     chat_ids = {tok.convert_tokens_to_ids(t) for t in (SYSTEM, USER, ASSISTANT)}
     kw = dict(corpus="chat", num_prompts=4, prompt_len=40, long_context_len=160, seed=0)
     for condition, (template, bos) in {"template+bos": (True, True), "template_no_bos": (True, False),

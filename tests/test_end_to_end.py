@@ -76,7 +76,7 @@ def test_the_database_holds_every_job_curve_choice_and_benchmark(first_run):
     assert len(jobs) == 11 and {j["status"] for j in jobs} == {"done"}
     assert all(j["attempts"] == 1 and j["mlflow_run_id"] for j in jobs)
     trained = [store.finished_result(j["job_hash"]) for j in jobs if j["kind"].startswith("train")]
-    assert all(Path(t["checkpoint_dir"]).is_absolute() for t in trained)  # reusable from any folder
+    assert all(Path(t["files_uri"]).is_absolute() for t in trained)  # reusable from any folder
     assert sorted(t["family"] or "" for t in trained) == ["", "eagle3", "eagle3"]
     best = store.best()
     assert {(r["target"], r["drafter"]) for r in best} == {("t0", "pre"), ("t0", "post")}
@@ -137,8 +137,11 @@ def test_mlflow_holds_a_run_per_job_with_curves_checkpoints_and_plots(first_run)
             walk = sorted(m.step for m in client.get_metric_history(r.info.run_id, "decode_accept_len"))
             assert walk == [0, 1, 2, 3]
         if kind == "train_drafter":
-            inner = {a.path for a in client.list_artifacts(r.info.run_id, "checkpoint")}
-            assert "checkpoint/model.safetensors" in inner
+            # the checkpoint stays in the work directory (the embedded default's store): the run says where
+            tags = r.data.tags
+            assert tags["specfleet.files_uri"].startswith(str((tmp_path / ".specfleet" / "checkpoints").resolve()))
+            assert dir_hash(tags["specfleet.files_uri"]) == tags["specfleet.files_sha256"]
+            assert not client.list_artifacts(r.info.run_id, "checkpoint")
         if kind == "select_depth":
             assert len(client.get_metric_history(r.info.run_id, "speedup")) == 4 and "speedup.png" in paths
             assert {"tree.json", "trees.png"} <= paths
@@ -279,7 +282,7 @@ def test_a_worker_killed_mid_job_is_retried_by_ray_and_its_job_recorded_once(fir
     tmp_path, spec, _ = first_run
     store = _store(tmp_path)
     (job,) = [j for j in store.jobs() if j["name"] == "train_drafter t0/pre"]
-    shutil.rmtree(store.finished_result(job["job_hash"])["checkpoint_dir"])  # lost: the job runs again
+    shutil.rmtree(store.finished_result(job["job_hash"])["files_uri"])  # lost: the job runs again
     store.close()
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     secret = json.dumps({"env_vars": {"HF_TOKEN": "hf_e2eSecret42"}})  # what a gated model would need
@@ -303,7 +306,7 @@ def test_a_worker_killed_mid_job_is_retried_by_ray_and_its_job_recorded_once(fir
     (again,) = [j for j in store.jobs() if j["name"] == "train_drafter t0/pre"]
     result = store.finished_result(again["job_hash"])
     assert (again["status"], again["attempts"]) == ("done", 2)  # the first run's, and this run's: recorded once
-    assert dir_hash(result["checkpoint_dir"]) == result["files_sha256"]
+    assert dir_hash(result["files_uri"]) == result["files_sha256"]
     store.close()
     client, exp = _mlflow(tmp_path)
     runs = client.search_runs([exp.experiment_id], f"tags.`specfleet.job_hash` = '{job['job_hash']}'")

@@ -31,7 +31,7 @@ CURVE = Curve("default", 0.0, 8, (0.8, 0.5), (0.8, 0.4), (1.0, 1.8, 2.2), decode
 COST = CostProfile("cpu 1t x1 float32", 0.1, 1.0, 1.2, pass_ms=(1.0, 1.3, 1.6))
 
 
-def answer(kind, config, inputs, *, num_cpus, num_gpus, progress):
+def answer(kind, config, inputs, *, num_cpus, num_gpus, progress, **_):
     """What each kind's worker returns, made up but well typed."""
     if kind in ("train_target", "train_drafter"):
         progress(1, 1, 0.5)
@@ -200,15 +200,16 @@ def test_a_resource_request_no_node_meets_is_refused_before_anything_is_written(
 
 
 def test_a_failure_before_any_job_runs_ends_the_experiment_failed(env, monkeypatch):
-    """Reading a reused checkpoint back can fail (a disk error): the run stops, nothing is left running."""
+    """Handing a reused result to the cluster can fail (its object store is full): the run stops,
+    nothing is left running."""
     tmp_path, store, _ = env
     run(env, failing(lambda kind, config: kind != "train_target"))  # the target trains, the rest fails
 
-    def unreadable(result):
-        raise OSError("checkpoint unreadable")
+    def refused(self, value):
+        raise OSError("object store full")
 
-    monkeypatch.setattr("pipeline.executor.with_files", unreadable)
-    with pytest.raises(OSError, match="checkpoint unreadable"):
+    monkeypatch.setattr("pipeline.local.LocalCluster.put", refused)
+    with pytest.raises(OSError, match="object store full"):
         run(env, answer)
     jobs = statuses(store)
     assert jobs["train_target t"] == ("done", 1)

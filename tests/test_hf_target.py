@@ -61,21 +61,53 @@ def test_gpu_job_without_cuda_refuses_to_fall_back(hf_folder):
         _train(hf_folder, device="cuda", dtype="auto")
 
 
-def test_corrupt_drafter_checkpoint_names_the_file(tiny_drafters):
+def test_corrupt_drafter_checkpoint_names_the_file(tiny_target, tiny_drafters, tmp_path):
+    from pipeline.core.files import write_dir
     from workers.eagle_checkpoint import load_eagle3
 
+    embedding = tiny_target[0].get_input_embeddings().weight
     _, files = tiny_drafters["pre"]
-    broken = {**files, "model.safetensors": files["model.safetensors"][:100]}
+
+    def load(name, changed):
+        folder = write_dir({**files, **changed}, tmp_path / name)
+        return load_eagle3(folder, embedding=embedding, device="cpu", dtype=torch.float32)
+
     with pytest.raises(RuntimeError, match="model.safetensors"):
-        load_eagle3(broken, device="cpu", dtype=torch.float32)
+        load("cut", {"model.safetensors": files["model.safetensors"][:100]})
     with pytest.raises(RuntimeError, match="config.json"):
-        load_eagle3({**files, "config.json": b"{not json"}, device="cpu", dtype=torch.float32)
+        load("json", {"config.json": b"{not json"})
     import json
 
     cfg = json.loads(files["config.json"])
-    wrong = {**files, "config.json": json.dumps({**cfg, "fc_norm": not cfg["fc_norm"]}).encode()}
     with pytest.raises(RuntimeError, match="do not match"):
-        load_eagle3(wrong, device="cpu", dtype=torch.float32)
+        load("wrong", {"config.json": json.dumps({**cfg, "fc_norm": not cfg["fc_norm"]}).encode()})
+    with pytest.raises(RuntimeError, match="the target's embedding is"):
+        load_eagle3(write_dir(files, tmp_path / "ok"), embedding=embedding[:-1], device="cpu", dtype=torch.float32)
+
+
+def test_a_drafter_checkpoint_holds_what_training_changed_in_the_dtype_it_runs_in(tiny_target, tiny_drafters,
+                                                                                   tmp_path):
+    """No copy of the target's frozen embedding; weights in the dtype the drafter runs in (bf16 on CUDA);
+    loaded back with the target's embedding it drafts exactly as before."""
+    import safetensors.torch
+
+    from pipeline.core.files import write_dir
+    from workers.eagle_checkpoint import load_eagle3, save_eagle3
+
+    target = tiny_target[0]
+    drafter, files = tiny_drafters["post"]
+    state = safetensors.torch.load(files["model.safetensors"])
+    assert "embed.weight" not in state and {v.dtype for v in state.values() if v.is_floating_point()} == {torch.float32}
+    half = save_eagle3(drafter, torch.bfloat16)
+    stored = safetensors.torch.load(half["model.safetensors"])
+    assert {v.dtype for v in stored.values() if v.is_floating_point()} == {torch.bfloat16}
+    assert stored["d2t"].dtype == drafter.d2t.dtype  # the vocabulary map stays integer
+    full = sum(v.numel() * v.element_size() for v in drafter.state_dict().values())
+    assert len(half["model.safetensors"]) < 0.5 * full  # half the bytes, less the embedding
+    back = load_eagle3(write_dir(files, tmp_path / "f32"), embedding=target.get_input_embeddings().weight,
+                       device="cpu", dtype=torch.float32)
+    for name, value in drafter.state_dict().items():
+        assert torch.equal(back.state_dict()[name], value), name
 
 
 def test_standalone_drafter_from_a_local_hf_folder(hf_folder):

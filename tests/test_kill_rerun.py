@@ -35,7 +35,7 @@ def snapshot(workdir: Path) -> dict:
     """What a run leaves, less what differs between runs by nature (paths, ids, timings, attempts)."""
     def clean(value):
         if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items() if k not in ("checkpoint_dir",)}
+            return {k: clean(v) for k, v in value.items() if k not in ("files_uri",)}
         if isinstance(value, list):
             return [clean(v) for v in value]
         return value

@@ -28,7 +28,7 @@ def regenerated(tiny_target):
 def test_the_target_answers_the_training_questions_itself(tiny_target, regenerated):
     target, tokenizer, _ = tiny_target
     result, steps = regenerated
-    text = load_text(result.files)
+    text = load_text(result)
     assert result.metrics["tokens"] == text.ids.numel() >= DATA.tokens
     assert steps[-1] == (DATA.tokens, DATA.tokens) and len(steps) > 1  # progress, batch by batch
     prompts = question_prompts(tokenizer, DATA.max_prompt_tokens, 0)
@@ -50,14 +50,14 @@ def test_the_target_answers_the_training_questions_itself(tiny_target, regenerat
 
 def test_stored_states_are_the_targets_and_give_its_logits(tiny_target, regenerated):
     target, _, files = tiny_target
-    text = load_text(regenerated[0].files)
+    text = load_text(regenerated[0])
     config = c.TargetFeaturesConfig(seed=0, device="cpu", target=c.TargetRef(name="t"), fusion="tri",
                                     capture_layers=None)
     inputs = {"target": c.Trained(metrics={}, files=files), "data": regenerated[0]}
     features = run_job("target_features", config, inputs, num_cpus=2, num_gpus=0)
     assert features.metrics["tokens"] == text.ids.numel() and features.metrics["layers"] == 4  # 3 + final
     capture = (1, 2, 3)  # the tri default of a 4-layer target
-    batches = FeatureBatches(target, text, features.files, capture)
+    batches = FeatureBatches(target, text, features, capture)
     ids, streams, logits, mask = batches.sample(4, 120, torch.Generator().manual_seed(0), "cpu")
     n = min(b - a for a, b in text.bounds())
     for r in range(4):  # each window starts a sample: over that sample, a target pass sees the same context
@@ -67,9 +67,9 @@ def test_stored_states_are_the_targets_and_give_its_logits(tiny_target, regenera
         assert (logits[r, :n].argmax(-1) == live_logits[0, :n].argmax(-1)).float().mean() > 0.97
     assert mask.dtype == torch.bool and mask.any() and not mask.all()
     with pytest.raises(RuntimeError, match=r"layers \[7\] were not stored"):
-        FeatureBatches(target, text, features.files, (7,))
+        FeatureBatches(target, text, features, (7,))
     with pytest.raises(RuntimeError, match="cannot read features.safetensors"):
-        FeatureBatches(target, text, {"features.safetensors": b"garbage"}, capture)
+        FeatureBatches(target, text, c.Dataset(metrics={}, files={"features.safetensors": b"garbage"}), capture)
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_drafters_train_on_the_regenerated_text(tiny_target, regenerated, featur
 
 
 def test_answer_only_labels_mask_the_prompts(regenerated):
-    text = load_text(regenerated[0].files)
+    text = load_text(regenerated[0])
     ids, labels = text.lm_batch("train", 3, 120, torch.Generator().manual_seed(1))
     kept = labels != -100
     assert torch.equal(labels[kept], ids[kept]) and kept.any() and not kept.all()
@@ -130,13 +130,13 @@ def test_answer_only_labels_mask_the_prompts(regenerated):
 def test_corrupt_or_mismatched_training_data_is_named(tiny_target, regenerated, features):
     target, _, _ = tiny_target
     with pytest.raises(RuntimeError, match="regenerated text: cannot read tokens.safetensors"):
-        load_text({"tokens.safetensors": b"not a safetensors file"})
+        load_text(c.Dataset(metrics={}, files={"tokens.safetensors": b"not a safetensors file"}))
     with pytest.raises(RuntimeError, match="regenerated text: cannot read tokens.safetensors"):
-        load_text({})
-    text = load_text(regenerated[0].files)
+        load_text(c.Dataset(metrics={}, files={}))
+    text = load_text(regenerated[0])
     short = text._replace(ids=text.ids[:-5], scored=text.scored[:-5])
     with pytest.raises(RuntimeError, match=rf"{text.ids.numel()} positions for a text of {text.ids.numel() - 5} tokens"):
-        FeatureBatches(target, short, features.files, (1, 2, 3))
+        FeatureBatches(target, short, features, (1, 2, 3))
 
 
 def test_states_too_large_for_float16_are_kept_in_float32(tiny_target, regenerated, monkeypatch):
@@ -145,7 +145,7 @@ def test_states_too_large_for_float16_are_kept_in_float32(tiny_target, regenerat
     import workers.target_features as tf
 
     target, _, _ = tiny_target
-    text = load_text(regenerated[0].files)
+    text = load_text(regenerated[0])
     small = text._replace(ids=text.ids[: int(text.starts[3])], scored=text.scored[: int(text.starts[3])],
                           starts=text.starts[:3])
     files, metrics = tf.compute_features(target, small, (1, 2, 3))

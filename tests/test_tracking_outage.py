@@ -2,15 +2,11 @@
 proxy the test takes down. Calls wait out the outage and log once; a longer one is one clear error."""
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
-from conftest import free_port
+from conftest import running_mlflow_server
 from sqlalchemy import make_url
 from tcp_proxy import TcpProxy
 from test_store import _fresh_pg_database
@@ -24,28 +20,11 @@ def mlflow_server(tmp_path_factory):
     """(proxy, tracking URI through it): an MLflow server whose store is a fresh PostgreSQL database."""
     artifacts = tmp_path_factory.mktemp("mlflow-artifacts")
     for db in _fresh_pg_database():
-        port = free_port()
-        server = subprocess.Popen(
-            [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
-             make_url(db).render_as_string(hide_password=False), "--default-artifact-root", str(artifacts),
-             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 90
-            while True:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or server.poll() is not None:
-                        pytest.fail("mlflow server did not start within 90 s")
-                    time.sleep(0.5)
+        with running_mlflow_server("--backend-store-uri", make_url(db).render_as_string(hide_password=False),
+                           "--default-artifact-root", str(artifacts)) as port:
             proxy = TcpProxy(port)
             yield proxy, f"http://127.0.0.1:{proxy.port}"
             proxy.down()
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
 
 
 def test_a_tracking_outage_is_ridden_out_and_logged_once(mlflow_server, caplog):

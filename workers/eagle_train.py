@@ -131,7 +131,7 @@ def _sources(target, tokenizer, train, capture, data, features):
     if data is None or features is None:
         raise ValueError("train.corpus 'regenerated' needs the target's regenerated text and features as inputs")
     text = training_text(data, train.seq_len)
-    batches = FeatureBatches(target, text, features.files, capture)
+    batches = FeatureBatches(target, text, features, capture)
     return batches, batches.heldout(), text.ids[1:][text.scored[:-1]], text.ids.numel()  # vocabulary: answers
 
 
@@ -173,4 +173,4 @@ def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None, d
     metrics = {"train_loss": loss_v, "val_loss": val_loss.item(), "train_seconds": seconds,
                "data_tokens": data_tokens, "tokens_seen": steps * train.batch_size * train.seq_len}
     metrics.update({f"val_top1_step{s}": a for s, a in enumerate(agree)})
-    return save_eagle3(drafter), metrics
+    return save_eagle3(drafter, next(target.parameters()).dtype), metrics  # stored in the dtype it runs in

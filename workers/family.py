@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from pipeline.core.artifacts import folder_of
 from pipeline.core.contracts import Trained
 from workers.chains import draft_all_chains, draft_chains_with_model, eagle_ranks, fuse_context, model_ranks
 from workers.diagnostics import DriftStats
@@ -72,7 +73,8 @@ class EagleFamily:
         """The trained drafter, or the checkpoint the spec names (`path`) read as it is."""
         param = next(target.parameters())
         if trained is not None:
-            return load_eagle3(trained.files, device=param.device, dtype=param.dtype)
+            return load_eagle3(folder_of(trained), embedding=target.get_input_embeddings().weight,
+                               device=param.device, dtype=param.dtype)
         drafter = import_checkpoint(checkpoint_folder(spec.path), target.get_input_embeddings().weight.detach().cpu(),
                                     target.config.num_hidden_layers)
         return drafter.to(device=param.device, dtype=param.dtype)
@@ -112,7 +114,7 @@ class EagleFamily:
     def export(self, checkpoint: Path, out: Path, layout: str = "eagle3", verifier: str | None = None) -> tuple[str, str]:
         """(folder, vLLM method): the drafter written once in the EAGLE-3 layout engines load, or in
         the speculators format (which names the `verifier` it drafts for)."""
-        from pipeline.core.files import pack_dir, staged_dir
+        from pipeline.core.files import staged_dir
         from pipeline.core.kinds import resolve
 
         # named, not imported: exporting is the driver's business, no job's code version covers it
@@ -120,7 +122,8 @@ class EagleFamily:
         export_speculators = resolve("workers.export:export_speculators")
         if not out.is_dir():  # written whole or not at all: a crash leaves no half export to reuse
             with staged_dir(out) as tmp:
-                drafter = load_eagle3(pack_dir(checkpoint), device="cpu", dtype=torch.float32)
+                # the export leaves the token embedding out (engines take the target's)
+                drafter = load_eagle3(checkpoint, embedding=None, device="cpu", dtype=torch.float32)
                 if layout == "speculators":
                     export_speculators(drafter, tmp, verifier=verifier or "")
                 else:
@@ -134,8 +137,8 @@ class StandaloneFamily:
 
     def load(self, spec, trained: Trained | None, target):
         param = next(target.parameters())
-        files, hf = (trained.files, None) if trained is not None else (None, spec.hf)
-        model, _ = load_model(files=files, hf=hf, device=param.device, dtype=param.dtype, role="drafter")
+        folder, hf = (folder_of(trained), None) if trained is not None else (None, spec.hf)
+        model, _ = load_model(folder=folder, hf=hf, device=param.device, dtype=param.dtype, role="drafter")
         d = model.get_output_embeddings().weight.shape[0]
         t = target.get_output_embeddings().weight.shape[0]
         if d != t:  # a draft model must score the target's token ids

@@ -1,4 +1,4 @@
-"""Loading models onto a worker: a trained checkpoint (as bytes), a Hugging Face id or folder, or a GGUF file.
+"""Loading models onto a worker: a trained checkpoint, a Hugging Face id or folder, or a GGUF file.
 
 Built-in targets and draft models are Hugging Face folders too, so every causal LM, tiny or
 real, goes through `load_model`.
@@ -14,19 +14,21 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.core.contracts import TargetRef, Trained
-from pipeline.core.files import Files, cache_root, cached_dir, pack_dir, staged_dir
+from pipeline.core.artifacts import folder_of
+from pipeline.core.files import Files, cache_root, pack_dir, staged_dir
 from pipeline.core.sources import locate, looks_like_path
 from workers.device import pick_dtype
 
 
-def load_model(*, files: Files | None = None, hf: str | None = None, gguf: str | None = None,
+def load_model(*, folder: str | Path | None = None, hf: str | None = None, gguf: str | None = None,
                package: str | None = None, device: torch.device, dtype: torch.dtype, role: str = "target"):
-    """(model, tokenizer) from a packed folder (`files`) or a model source (`hf`, `gguf`, `package`:
-    pipeline/core/sources.py); eval mode, frozen. role names the spec entry in error messages."""
-    if (files is None) == (hf is None and gguf is None and package is None):
-        raise ValueError("load_model: give exactly one of files or a model source")
-    if files is not None:
-        where = str(cached_dir(files))
+    """(model, tokenizer) from a trained checkpoint's folder or a model source (`hf`, `gguf`,
+    `package`: pipeline/core/sources.py); eval mode, frozen. role names the spec entry in error
+    messages."""
+    if (folder is None) == (hf is None and gguf is None and package is None):
+        raise ValueError("load_model: give exactly one of folder or a model source")
+    if folder is not None:
+        where = str(folder)
     else:
         try:
             where, gguf_file = locate(hf=hf, gguf=gguf, package=package)
@@ -88,7 +90,7 @@ def load_target(ref: TargetRef, trained: Trained | None, device: torch.device):
     """A pairing's target: the trained built-in one (the job's "target" input) or its model source."""
     dtype = pick_dtype(ref.dtype, device)
     if trained is not None:
-        return load_model(files=trained.files, device=device, dtype=dtype)
+        return load_model(folder=folder_of(trained), device=device, dtype=dtype)
     return load_model(hf=ref.hf, gguf=ref.gguf, package=ref.package, device=device, dtype=dtype)
 
 

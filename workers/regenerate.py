@@ -19,6 +19,7 @@ from typing import NamedTuple
 import safetensors.torch
 import torch
 
+from pipeline.core.artifacts import folder_of
 from workers.chat_format import assistant_spans, turns_ids
 from workers.prompts import conversation_pool, pick, read_prompts_file
 from workers.tokenizer import pad_id
@@ -210,12 +211,12 @@ class Text(NamedTuple):
         return ids, labels
 
 
-def load_text(files: dict[str, bytes]) -> Text:
-    """A regenerated text from its job's files; a corrupt file is a clear error."""
+def load_text(data) -> Text:
+    """A regenerated text from its job's result (a Dataset); a corrupt file is a clear error."""
     try:
-        t = safetensors.torch.load(files[FILE])
+        t = safetensors.torch.load_file(folder_of(data) / FILE)
         return Text(t["ids"], t["scored"], t["starts"])
-    except (KeyError, safetensors.SafetensorError) as exc:
+    except (OSError, KeyError, safetensors.SafetensorError) as exc:
         raise RuntimeError(f"regenerated text: cannot read {FILE} ({exc})") from exc
 
 
@@ -224,6 +225,6 @@ def training_text(data, seq_len: int) -> Text:
     missing, corrupt, or too small for windows of seq_len in either split is an error now."""
     if data is None:
         raise ValueError("train.corpus 'regenerated' needs the target's regenerated text as an input")
-    text = load_text(data.files)
+    text = load_text(data)
     text.check_windows(seq_len)
     return text

@@ -30,4 +30,4 @@ def train_standalone(*, target, tokenizer, spec, seed: int, device, progress=Non
     else:
         sample, data_tokens = corpus_batches(tokenizer, train.corpus, train)
     metrics = train_lm(model, sample, train=train, seed=seed, data_tokens=data_tokens, progress=progress)
-    return pack_model(model, tokenizer), metrics
+    return pack_model(model.to(next(target.parameters()).dtype), tokenizer), metrics  # in the dtype it runs in

@@ -18,6 +18,7 @@ import copy
 import safetensors.torch
 import torch
 
+from pipeline.core.artifacts import folder_of
 from workers.features import target_pass
 from workers.regenerate import Text
 
@@ -70,11 +71,12 @@ class FeatureBatches:
     Windows come from `Text.sample_rows` (its split: training or held-out samples).
     """
 
-    def __init__(self, target, text: Text, files: dict[str, bytes], capture: tuple[int, ...]):
+    def __init__(self, target, text: Text, features, capture: tuple[int, ...]):
+        """features: the target_features job's result (its folder holds the states)."""
         try:
-            t = safetensors.torch.load(files[FILE])
+            t = safetensors.torch.load_file(folder_of(features) / FILE)
             states, layers = t["states"], tuple(t["layers"].tolist())
-        except (KeyError, safetensors.SafetensorError) as exc:
+        except (OSError, KeyError, safetensors.SafetensorError) as exc:
             raise RuntimeError(f"target features: cannot read {FILE} ({exc})") from exc
         if states.shape[0] != text.ids.numel():
             raise RuntimeError(f"target features: {states.shape[0]} positions for a text of {text.ids.numel()} tokens")

@@ -134,16 +134,20 @@ class MeasureSpeedupConfig(JobConfig):
 # -- results --------------------------------------------------------------------------------------
 
 class Stored(Contract):
-    """A result made of files: they travel from the worker as bytes, and the driver keeps them in
-    its work directory (`checkpoint_dir`), where later jobs that take this result read them."""
+    """A result made of files. A job stores them in the run's checkpoint store and returns a
+    reference (pipeline/core/artifacts.py): `files_uri` (a folder, or a URI every node reads),
+    their content hash and sizes; jobs that take the result fetch the files on their node, the
+    driver never holds them. `files` holds them as bytes only inside one process: what a job
+    function hands its runner, or an input a caller builds in memory."""
 
     metrics: dict[str, int | float]
     files: Files | None = None
-    checkpoint_dir: str | None = None
-    files_sha256: str | None = None  # files_hash of the files: what the folder must still hold to be reused
+    files_uri: str | None = None
+    files_sha256: str | None = None  # files_hash of the files: what the reference must still hold to be reused
+    file_sizes: dict[str, int] = {}  # name -> bytes: how a remote store's copy is checked without reading it
 
-    def without_files(self, checkpoint_dir: str, digest: str):
-        return self.model_copy(update={"files": None, "checkpoint_dir": checkpoint_dir, "files_sha256": digest})
+    def by_reference(self, uri: str, sha256: str, sizes: dict[str, int]):
+        return self.model_copy(update={"files": None, "files_uri": uri, "files_sha256": sha256, "file_sizes": sizes})
 
 
 class Trained(Stored):

@@ -1,18 +1,25 @@
 """The entry point of every job on a worker: set up torch, run the kind's function, collect losses."""
 from __future__ import annotations
 
+import shutil
+
 import torch
 
-from pipeline.core.contracts import JobConfig, Trained
+from pipeline.core.artifacts import publish, scratch
+from pipeline.core.contracts import JobConfig, Stored, Trained
+from pipeline.core.files import write_dir
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.kinds import resolve
 from workers.environment import differences, worker_env
 
 
-def run_job(kind: str, config: JobConfig, inputs: dict, *, num_cpus: float, num_gpus: float, progress=None):
+def run_job(kind: str, config: JobConfig, inputs: dict, *, num_cpus: float, num_gpus: float, progress=None,
+            checkpoints: str | None = None, job_hash: str | None = None):
     """Run one job: `config` is the kind's typed config, `inputs` its inputs' typed results.
 
     Returns the kind's typed result; a training job's losses come back as history["train_loss"].
+    With `checkpoints` (a store root, pipeline/core/artifacts.py) a result's files go there under
+    `job_hash` and the result carries the reference; without, it carries the bytes.
     """
     spec = job_kind(kind)
     if not isinstance(config, spec.config):
@@ -40,4 +47,12 @@ def run_job(kind: str, config: JobConfig, inputs: dict, *, num_cpus: float, num_
     result = resolve(spec.run)(config, inputs, num_gpus=num_gpus, progress=report)
     if history and isinstance(result, Trained):
         result = result.model_copy(update={"history": {"train_loss": history}})
+    if checkpoints is not None and isinstance(result, Stored) and result.files is not None:
+        if job_hash is None:
+            raise ValueError("run_job: storing a result's files needs the job's hash")
+        work = scratch()
+        try:
+            result = result.by_reference(*publish(write_dir(result.files, work / "files"), checkpoints, job_hash))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     return result

@@ -13,5 +13,5 @@ def run(config: TargetFeaturesConfig, inputs: dict, *, num_gpus: float, progress
     device = pick_device(num_gpus)
     target, _ = load_target(config.target, inputs.get("target"), device)
     layers = capture_layers(target.config.num_hidden_layers, config.fusion, config.capture_layers)
-    files, metrics = compute_features(target, load_text(inputs["data"].files), layers, progress=progress)
+    files, metrics = compute_features(target, load_text(inputs["data"]), layers, progress=progress)
     return Dataset(metrics=metrics, files=files)

@@ -1,0 +1,187 @@
+"""Where the files of a job's result live, and how a node gets them: by reference.
+
+A job that makes files (a trained model, regenerated text, hidden states) writes them once to
+the run's checkpoint store and returns a reference: the folder's URI, its content hash
+(`files_hash`) and its files' sizes. Jobs that take the result get the reference, never the
+bytes; the driver records it and never reads the files. Two kinds of store:
+
+- a folder (the embedded default: the work directory's `checkpoints/`; or a shared folder a
+  cluster's nodes mount): the files are written there once and read in place;
+- any URI MLflow writes artifacts to: an `mlflow server`'s artifact proxy (whose
+  `mlflow-artifacts:` URIs are resolved to the server's HTTP address, so a reference needs
+  nothing else to be read), `s3://`, `gs://`, `abfss://` and the rest. A node downloads a
+  folder once into its own cache (`cache_root()`, named by the content hash), checks the hash,
+  and every later job on that node reads the copy.
+
+MLflow is imported only for a remote store.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import urlparse
+
+from pipeline.core.files import PART, cache_root, cached_dir, clean_partials, dir_hash, staged_dir
+
+
+class Ref(NamedTuple):
+    """Where a folder went, its files_hash, and {relative name: bytes} of its files."""
+
+    uri: str
+    sha256: str
+    sizes: dict[str, int]
+
+
+def is_local(uri: str) -> bool:
+    """A folder on this machine: a plain path or a file:// URI."""
+    return urlparse(uri).scheme in ("", "file") or (len(uri) > 1 and uri[1] == ":")
+
+
+def local_path(uri: str) -> Path:
+    parsed = urlparse(uri)
+    return Path(parsed.path if parsed.scheme == "file" else uri).expanduser()
+
+
+def resolved_root(uri: str, tracking_uri: str | None) -> str:
+    """A store root every node can read without more settings: an MLflow server's proxied
+    `mlflow-artifacts:` URI becomes the server's HTTP address; other URIs stay as they are;
+    a folder becomes absolute."""
+    if is_local(uri):
+        return str(local_path(uri).resolve())
+    if urlparse(uri).scheme == "mlflow-artifacts":
+        from mlflow.store.artifact.mlflow_artifacts_repo import MlflowArtifactsRepository
+
+        if not tracking_uri or urlparse(tracking_uri).scheme not in ("http", "https"):
+            raise ValueError(f"{uri} needs the MLflow server it belongs to (an http(s) tracking URI)")
+        return MlflowArtifactsRepository.resolve_uri(uri, tracking_uri)
+    return uri.rstrip("/")
+
+
+def sizes_of(folder: Path) -> dict[str, int]:
+    return {p.relative_to(folder).as_posix(): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def publish(folder: Path, root: str, name: str) -> Ref:
+    """Put a finished folder in the store `root` under `name` (a job hash); `folder` is consumed.
+
+    In a folder store it is moved (or copied, across filesystems) into place atomically, and a
+    copy already there with the same content is kept. In a remote store it is uploaded, then
+    moved into this node's cache, where the jobs that take it next on this node find it."""
+    folder = Path(folder)
+    sha, sizes = dir_hash(folder), sizes_of(folder)
+    if is_local(root):
+        dest = local_path(root) / name
+        if dest.is_dir() and dir_hash(dest) == sha:
+            shutil.rmtree(folder, ignore_errors=True)
+            return Ref(str(dest.resolve()), sha, sizes)
+        if dest.is_dir():  # damaged or of another release: replaced, never trusted
+            stale = dest.with_name(f".{dest.name}{PART}stale-{sha[:8]}")
+            dest.rename(stale)
+            shutil.rmtree(stale, ignore_errors=True)
+        _move_into(folder, dest)
+        return Ref(str(dest.resolve()), sha, sizes)
+    uri = f"{root.rstrip('/')}/{name}"
+    try:
+        _repo(uri).log_artifacts(str(folder))
+    except Exception as exc:  # noqa: BLE001 - any backend's failure, named with the store
+        raise RuntimeError(f"cannot upload to checkpoint store {uri}: {_first_line(exc)}") from exc
+    cached = cache_root() / sha[:32]
+    if cached.is_dir():
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        _move_into(folder, cached)
+    return Ref(uri, sha, sizes)
+
+
+def materialise(uri: str, sha256: str | None) -> Path:
+    """The folder of a reference on this node: in place for a folder store (its content checked),
+    else this node's cached copy, downloaded and checked the first time. A folder that is gone or
+    holds other bytes than were recorded is an error naming it."""
+    if is_local(uri):
+        folder = local_path(uri)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"checkpoint {folder}: no such folder on {_host()} (a cluster without a "
+                                    "shared folder needs a remote checkpoint store: specfleet run --checkpoints URI)")
+        if sha256 is not None and dir_hash(folder) != sha256:
+            raise RuntimeError(f"checkpoint {folder}: its files differ from what was recorded (damaged or replaced)")
+        return folder
+    if sha256 is None:
+        raise ValueError(f"checkpoint {uri}: a remote reference needs its content hash")
+    cached = cache_root() / sha256[:32]
+    if cached.is_dir():  # written whole, after its hash was checked
+        return cached
+    clean_partials(cached.parent)
+    with staged_dir(cached) as tmp:
+        try:
+            _repo(uri).download_artifacts("", dst_path=str(tmp))
+        except Exception as exc:  # noqa: BLE001
+            raise RuntimeError(f"cannot download checkpoint {uri}: {_first_line(exc)}") from exc
+        if dir_hash(tmp) != sha256:
+            raise RuntimeError(f"checkpoint {uri}: downloaded files differ from what was recorded")
+    return cached
+
+
+def folder_of(result) -> Path:
+    """The folder of a Stored result on this node: its bytes written to the cache when it holds
+    them, else its reference materialised."""
+    if result.files is not None:
+        return cached_dir(result.files)
+    if result.files_uri is None:
+        raise ValueError(f"a {type(result).__name__} result without files")
+    return materialise(result.files_uri, result.files_sha256)
+
+
+def present(uri: str, sha256: str | None, sizes: dict[str, int]) -> bool:
+    """Whether a reference still holds what was recorded, judged without reading it elsewhere: a
+    folder by its content hash, a remote store by its listing (names and sizes; the hash is checked
+    by the node that downloads it)."""
+    if is_local(uri):
+        folder = local_path(uri)
+        return folder.is_dir() and (sha256 is None or dir_hash(folder) == sha256)
+    try:
+        return _remote_sizes(uri) == sizes
+    except Exception:  # noqa: BLE001 - unreachable or gone: the job runs again
+        return False
+
+
+def _remote_sizes(uri: str) -> dict[str, int]:
+    repo, out, todo = _repo(uri), {}, [None]
+    while todo:
+        path = todo.pop()
+        for info in repo.list_artifacts(path):
+            if info.is_dir:
+                todo.append(info.path)
+            else:
+                out[info.path] = info.file_size
+    return out
+
+
+def scratch() -> Path:
+    """An empty folder for a job to write its files into, on this node's disk beside its cache."""
+    root = cache_root() / ".scratch"
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=root))
+
+
+def _move_into(folder: Path, dest: Path) -> None:
+    with staged_dir(dest) as tmp:
+        tmp.rmdir()
+        shutil.move(str(folder), str(tmp))
+
+
+def _repo(uri: str):
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    return get_artifact_repository(uri)
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {next(iter(str(exc).splitlines()), '')}"
