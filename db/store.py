@@ -79,20 +79,23 @@ class Store(Reports):
 
         A job that already exists (from this or an earlier experiment) is left as it is.
         """
+        self.link_jobs(experiment_id, [{"job_hash": job_hash, "kind": kind, "name": name, "config": config}])
+
+    def link_jobs(self, experiment_id: int, jobs: list[dict]) -> None:
+        """link_job for every job of a plan ({job_hash, kind, name, config} each), in one transaction."""
+        rows = [{"job_hash": j["job_hash"], "kind": j["kind"], "name": j["name"], "status": "pending", "attempts": 0,
+                 "config_json": _to_json(j["config"], what=f"config of job {j['job_hash']}")} for j in jobs]
+
         def body(session: Session):
-            job = {
-                "job_hash": job_hash,
-                "kind": kind,
-                "name": name,
-                "status": "pending",
-                "attempts": 0,
-                "config_json": _to_json(config, what=f"config of job {job_hash}"),
-            }
-            _insert_ignore(session, Job, job)
-            job_id = session.scalars(select(Job.id).where(Job.job_hash == job_hash)).one()
-            link = {"experiment_id": experiment_id, "job_id": job_id}
-            _insert_ignore(session, ExperimentJob, link)
-        return self._write("link_job", body)
+            insert = _INSERT[session.get_bind().dialect.name]
+            for i in range(0, len(rows), 500):  # within any driver's limit on bound parameters
+                chunk = rows[i: i + 500]
+                session.execute(insert(Job.__table__).values(chunk).on_conflict_do_nothing())
+                ids = session.scalars(select(Job.id).where(Job.job_hash.in_([r["job_hash"] for r in chunk]))).all()
+                session.execute(insert(ExperimentJob.__table__).values(
+                    [{"experiment_id": experiment_id, "job_id": job_id} for job_id in ids]).on_conflict_do_nothing())
+        if rows:
+            self._write("link_jobs", body)
 
     def job_config(self, job_hash: str) -> dict | None:
         """The config job ``job_hash`` was run with, or None for a job this database does not hold."""

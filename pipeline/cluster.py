@@ -38,13 +38,15 @@ class ProgressBoard:
 
 
 @ray.remote(num_returns=2)
-def _run_job(kind, config, num_cpus, num_gpus, job_hash, checkpoints, board, dep_names, *dep_values):
-    """(the job's result, what it logged on the worker)."""
+def _run_job(runner, kind, config, num_cpus, num_gpus, job_hash, checkpoints, board, dep_names, *dep_values):
+    """(the job's result, what it logged on the worker). runner: "module:function", the worker entry point."""
     board.started.remote(job_hash)  # first, so any failure below is this job's own
     import socket
 
+    from pipeline.core.kinds import resolve
     from workers.joblog import captured
-    from workers.jobs.run import run_job
+
+    run_job = resolve(runner)
 
     last = [0.0]
 
@@ -76,6 +78,7 @@ class RayCluster:
     address: str
     board: object = None
     logs: dict = field(default_factory=dict)  # result ref -> the ref of what the job logged
+    runner: str = "workers.jobs.run:run_job"  # what runs a job on a worker (the fleet simulation's instant jobs)
 
     def submit(self, job, deps: dict, checkpoints: str):
         """deps: input name -> object ref (or value); checkpoints: where the job stores its files.
@@ -85,8 +88,8 @@ class RayCluster:
         result, log = _run_job.options(
             num_cpus=job.num_cpus, num_gpus=job.num_gpus, name=job.name, max_retries=1, retry_exceptions=False,
             **placed,
-        ).remote(job.kind, job.config, job.num_cpus, job.num_gpus, job.hash, checkpoints, self.board, names,
-                 *deps.values())
+        ).remote(self.runner, job.kind, job.config, job.num_cpus, job.num_gpus, job.hash, checkpoints, self.board,
+                 names, *deps.values())
         self.logs[result] = log  # dependents take the result; the driver reads the log when recording
         return result
 

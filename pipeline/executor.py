@@ -89,6 +89,7 @@ class OwnedStore:
 
 LEASE_S = float(os.environ.get("SPECFLEET_LEASE_S", 60))  # a driver renews its claims every third of it
 WAIT_POLL_S = 2.0  # how often a driver waiting for another's jobs looks again
+MAX_CURVES_PLOTTED = 24  # pairings in the run's one plot of every curve
 
 
 @dataclass
@@ -177,17 +178,20 @@ def _open_experiment(ctx: Context, spec, spec_text: str, about: str) -> RunSumma
         params=spec.model_dump(mode="json"), tags={"specfleet.code_version": plan.code_version},
     )
     ctx.store.set_experiment_run(ctx.experiment_id, ctx.parent_run)
-    for job in plan.jobs:
-        ctx.store.link_job(ctx.experiment_id, job_hash=job.hash, kind=job.kind, name=job.name,
-                           config=job.config.model_dump(mode="json"))
+    ctx.store.link_jobs(ctx.experiment_id, [{"job_hash": j.hash, "kind": j.kind, "name": j.name,
+                                             "config": j.config.model_dump(mode="json")} for j in plan.jobs])
     return RunSummary(ctx.experiment_id, ctx.parent_run, about)
 
 
 def _report(ctx: Context, path: Path, name: str) -> Path | None:
-    """Plot every measured curve of the plan together; log it to the experiment's parent run."""
+    """Plot every measured curve of the plan together; log it to the experiment's parent run. A
+    fleet of more pairings than one plot can tell apart gets none (`specfleet report` draws each)."""
+    measuring = [job for job in ctx.plan.jobs if job.kind == "measure_curve"]
+    if not measuring or len(measuring) > MAX_CURVES_PLOTTED:
+        return None
     curves = {}
-    for job in ctx.plan.jobs:
-        measured = finished(ctx.store, job.kind, job.hash) if job.kind == "measure_curve" else None
+    for job in measuring:
+        measured = finished(ctx.store, job.kind, job.hash)
         if measured is not None:
             curves[f"{job.target} / {job.drafter}"] = measured.curves[0]
     if not curves:

@@ -5,8 +5,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from pipeline.core.intervals import curve_bands
-from pipeline.core.types import DRIFT_NAMES, Curve, DepthChoice
+from pipeline.core.types import Curve
 
 
 def pyplot():
@@ -34,55 +33,6 @@ def save_figure(fig, path: str | Path, title: str) -> Path:
     fig.savefig(path, dpi=110)
     pyplot().close(fig)
     return Path(path)
-
-
-def plot_curve(curve: Curve, path: str | Path, title: str, per_prompt=(), level: float = 0.9) -> Path:
-    """Acceptance and accept_len by depth; with the curve's per-prompt rows, survival and accept_len
-    carry their bootstrap interval over prompts (shaded)."""
-    plt = pyplot()
-    depths = list(range(1, curve.max_depth + 1))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6))
-    ax1.plot(depths, curve.cond_accept, "o-", label="cond_accept")
-    ax1.plot(depths, curve.survival, "s-", label="survival")
-    ax2.plot(range(curve.max_depth + 1), curve.accept_len, "o-", color="C2")
-    if len(per_prompt) > 1:
-        survival, accept_len = curve_bands(curve, per_prompt, level=level)
-        ax1.fill_between(depths, survival.lo, survival.hi, color="C1", alpha=0.2,
-                         label=f"{level:.0%} interval (prompts)")
-        ax2.fill_between(range(curve.max_depth + 1), accept_len.lo, accept_len.hi, color="C2", alpha=0.2,
-                         label=f"{level:.0%} interval (prompts)")
-        ax2.legend(fontsize=8)
-    ax1.set(xlabel="depth j", ylabel="probability", ylim=(0, 1.02), title="acceptance per depth")
-    ax1.legend(fontsize=8)
-    ax2.set(xlabel="depth k", ylabel="accept_len(k)", title="tokens per target pass")
-    return save_figure(fig, path, f"{title}  (T={curve.temperature}, {curve.num_chains} chains)")
-
-
-def plot_speedup(choice: DepthChoice, path: str | Path, title: str) -> Path:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    ax.plot(range(len(choice.speedups)), choice.speedups, "o-")
-    ax.axvline(choice.depth, color="C3", ls="--", label=f"k* = {choice.depth}")
-    ax.set(xlabel="depth k", ylabel="predicted speedup", title=f"{title}\nc = {choice.cost_ratio:.3f}")
-    ax.legend()
-    return save_figure(fig, path, "")
-
-
-def plot_speedup_check(check, path: str | Path, title: str) -> Path:
-    """Predicted and measured speedup against depth, with the chosen and the best measured depth."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    depths = range(len(check.measured_speedup))
-    ax.plot(depths, check.predicted_speedup, "o--", label="predicted")
-    ax.plot(depths, check.measured_speedup, "s-", label="measured (engine)")
-    ax.axvline(check.chosen_depth, color="C3", ls=":", label=f"chosen k = {check.chosen_depth}")
-    ax.axhline(1.0, color="grey", lw=0.8)
-    verdict = "passed" if check.passed else "failed"
-    ax.set(xlabel="depth k", ylabel="speedup over k = 0",
-           title=f"{title}\nbest measured k = {check.best_measured_depth}, chosen reaches "
-                 f"{check.chosen_vs_best:.1%} of it ({verdict})")
-    ax.legend(fontsize=8)
-    return save_figure(fig, path, "")
 
 
 def plot_trees(choice, path: str | Path, title: str, measured: dict[int, float] | None = None) -> Path:
@@ -128,23 +78,6 @@ def plot_tree_check(check, path: str | Path, title: str) -> Path:
             title=f"chosen tree vs chain: {check.over_chain:.3f}x measured")
     ax2.legend(fontsize=8)
     integer_depths((ax1, ax2))
-    return save_figure(fig, path, title)
-
-
-def plot_drift(rows, path: str | Path, title: str) -> Path:
-    """The drift diagnostics against depth, one line per (condition, temperature)."""
-    plt = pyplot()
-    fig, axes = plt.subplots(1, len(DRIFT_NAMES), figsize=(3.5 * len(DRIFT_NAMES), 3.4))
-    for ax, name in zip(axes, DRIFT_NAMES):
-        lines: dict[str, list[tuple[int, float]]] = {}
-        for r in rows:  # DiagnosticValue
-            if r.name == name:
-                lines.setdefault(f"{r.condition} T={r.temperature:g}", []).append((r.depth, r.value))
-        for label, points in sorted(lines.items()):
-            points.sort()
-            ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=label, ms=3)
-        ax.set(xlabel="depth k", title=name)
-    axes[0].legend(fontsize=7)
     return save_figure(fig, path, title)
 
 

@@ -52,6 +52,7 @@ class Tracker:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
         self.artifact_root = artifact_root
         self._starts: dict[str, int] = {}  # run id -> its start time, the timestamp of its metrics
+        self._params: dict[str, list[Param]] = {}  # run id -> its params, until its first log
         if tracking_uri.startswith("sqlite:///"):
             self.client = self._sqlite_client(Path(tracking_uri.removeprefix("sqlite:///")))
         else:
@@ -110,7 +111,8 @@ class Tracker:
             return exp_id, found.info.run_id
         run = self._call(self.client.create_run, exp_id, run_name=experiment,
                          tags={TAG_SPEC: spec_hash, TAG_KIND: "experiment", **tags})
-        self._log_params(run.info.run_id, params)
+        self._params[run.info.run_id] = [Param(k, v) for k, v in flatten(params).items()]
+        self._send(run.info.run_id, [], [])
         return exp_id, run.info.run_id
 
     def start_job(self, experiment_id: str, parent_run_id: str, *, job_hash: str, kind: str, name: str,
@@ -120,17 +122,34 @@ class Tracker:
             tags={PARENT_TAG: parent_run_id, TAG_JOB: job_hash, TAG_KIND: kind, **tags},
         )
         self._starts[run.info.run_id] = run.info.start_time  # its metrics' timestamp, without asking again
-        self._log_params(run.info.run_id, params)
+        # sent with the run's first log (or when it ends): one call per job fewer
+        self._params[run.info.run_id] = [Param(k, v) for k, v in flatten(params).items()]
         return run.info.run_id
 
-    def log_metrics(self, run_id: str, values: dict[str, float]) -> None:
+    def log_all(self, run_id: str, *, metrics: dict[str, float] | None = None,
+                series: dict[str, list[tuple[int, float]]] | None = None, tags: dict[str, str] | None = None) -> None:
+        """A recorder's whole log in as few calls as MLflow allows (1,000 metrics and 100 tags each):
+        `metrics` at step 0, each of `series` as (step, value) points."""
         at = self._stamp(run_id)
-        self._batch(run_id, metrics=[Metric(k, float(v), at, 0) for k, v in values.items()])
+        values = [Metric(k, float(v), at, 0) for k, v in (metrics or {}).items()]
+        values += [Metric(name, float(v), at, int(step)) for name, points in (series or {}).items() for step, v in points]
+        self._send(run_id, values, [RunTag(k, v) for k, v in (tags or {}).items()])
 
-    def log_series(self, run_id: str, name: str, points: list[tuple[int, float]]) -> None:
-        """A metric with step = depth (or training step)."""
-        at = self._stamp(run_id)
-        self._batch(run_id, metrics=[Metric(name, float(v), at, int(step)) for step, v in points])
+    def _send(self, run_id: str, metrics: list, tags: list) -> None:
+        """metrics, tags and the run's params not sent yet, in batches within MLflow's limits (100
+        params, 100 tags, 1,000 entries in all)."""
+        params = self._params.pop(run_id, [])
+        while True:
+            p, t = params[:100], tags[:100]
+            m = metrics[:1000 - len(p) - len(t)]
+            self._call(self.client.log_batch, run_id, metrics=m, params=p, tags=t)
+            params, tags, metrics = params[len(p):], tags[len(t):], metrics[len(m):]
+            if not (params or tags or metrics):
+                return
+
+    def log_dict(self, run_id: str, data: dict, name: str) -> None:
+        """A JSON artifact."""
+        self._call(self.client.log_dict, run_id, data, name)
 
     def _stamp(self, run_id: str) -> int:
         """The timestamp of a run's metrics: when the run started (milliseconds since the epoch).
@@ -146,10 +165,6 @@ class Tracker:
     def artifact_uri(self, run_id: str) -> str:
         """Where the run's artifacts go (a server's proxied `mlflow-artifacts:` URI, a bucket, a folder)."""
         return self._call(self.client.get_run, run_id).info.artifact_uri
-
-    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
-        self._call(self.client.log_batch, run_id, metrics=[], params=[],
-                   tags=[RunTag(k, v) for k, v in tags.items()])
 
     def log_text(self, run_id: str, text: str, name: str) -> None:
         """A text artifact (a job's worker log)."""
@@ -173,17 +188,9 @@ class Tracker:
         return ended
 
     def end(self, run_id: str, ok: bool) -> None:
+        if self._params.get(run_id):  # a job that failed before it logged anything
+            self._send(run_id, [], [])
         self._call(self.client.set_terminated, run_id, status="FINISHED" if ok else "FAILED")
-
-    def _log_params(self, run_id: str, params: dict) -> None:
-        flat = flatten(params)
-        self._batch(run_id, params=[Param(k, v) for k, v in flat.items()])
-
-    def _batch(self, run_id: str, metrics=(), params=()) -> None:
-        metrics, params = list(metrics), list(params)
-        for i in range(0, max(len(metrics), len(params), 1), 100):  # MLflow caps a batch at 100 params
-            self._call(self.client.log_batch, run_id, metrics=metrics[i : i + 100], params=params[i : i + 100],
-                       tags=[])
 
     def _call(self, method, *args, **kwargs):
         """One MLflow call, retried with backoff while the tracking store is unreachable or busy, for

@@ -66,8 +66,8 @@ def main() -> None:
         _goes_down(store, "mark_done", n, ("claim", "renew", "mark_running", "mark_done", "mark_failed"),
                    StoreError("mark_done: database sqlite:///specfleet.db unavailable for 60 s"))
     if where == "mlflow-down":
-        _goes_down(tracker, "start_job", n, ("start_job", "log_metrics", "log_series", "log_text", "log_artifact",
-                                             "log_artifacts", "end", "end_abandoned"),
+        _goes_down(tracker, "start_job", n, ("start_job", "log_all", "log_dict", "log_text", "log_artifact", "end",
+                                             "end_abandoned"),
                    UserError("MLflow tracking store sqlite:///mlflow.db unavailable for 60 s"))
     spec = parse_spec(yaml.safe_dump(SPEC))
     summary = run_plan(build_plan(spec, "v1"), spec=spec, spec_text="", store=store, tracker=tracker,

@@ -129,9 +129,11 @@ def test_mlflow_holds_a_run_per_job_with_curves_checkpoints_and_plots(first_run)
         text = log.read_text()
         job_hash = r.data.tags["specfleet.job_hash"]
         assert text.startswith(f"{kind} {job_hash[:12]} on ") and f"{kind} {job_hash[:12]} on " in text.splitlines()[-1]
+        # no figure per job (MLflow charts the series; `specfleet report` draws the experiment's)
+        assert not {p for p in paths if p.endswith(".png")}
         if kind == "measure_curve":
             steps = sorted(m.step for m in client.get_metric_history(r.info.run_id, "accept_len"))
-            assert steps == [0, 1, 2, 3] and {"curve.png", "drift.png"} <= paths
+            assert steps == [0, 1, 2, 3]
             rms = sorted(m.step for m in client.get_metric_history(r.info.run_id, "rms/default/T0"))
             assert rms == [1, 2, 3]
             walk = sorted(m.step for m in client.get_metric_history(r.info.run_id, "decode_accept_len"))
@@ -143,11 +145,10 @@ def test_mlflow_holds_a_run_per_job_with_curves_checkpoints_and_plots(first_run)
             assert dir_hash(tags["specfleet.files_uri"]) == tags["specfleet.files_sha256"]
             assert not client.list_artifacts(r.info.run_id, "checkpoint")
         if kind == "select_depth":
-            assert len(client.get_metric_history(r.info.run_id, "speedup")) == 4 and "speedup.png" in paths
-            assert {"tree.json", "trees.png"} <= paths
+            assert len(client.get_metric_history(r.info.run_id, "speedup")) == 4 and "tree.json" in paths
         if kind == "measure_speedup":
             steps = sorted(m.step for m in client.get_metric_history(r.info.run_id, "measured_speedup"))
-            assert steps == [0, 1, 2, 3] and "speedup_check.png" in paths
+            assert steps == [0, 1, 2, 3]
 
 
 def test_best_and_speedups_answer_from_the_database(first_run):

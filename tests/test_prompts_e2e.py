@@ -76,7 +76,6 @@ def test_a_prompts_file_runs_to_curves_and_depths_per_category(workdir):
     client = MlflowClient(f"sqlite:///{workdir / '.specfleet' / 'mlflow.db'}")
     keys = set(client.get_run(run_id).data.metrics)
     assert {"accept_len/default/T0/code", "accept_len/default/T0/math", "accept_len/default/T0/chat"} <= keys
-    assert "categories.png" in {a.path for a in client.list_artifacts(run_id)}
     assert len(regenerated) == 1  # the training file's text is made once and reused by every run
     # the report shows the depth per category and each category's curve
     assert specfleet("report", "theirs-sharegpt", "--out", "page", cwd=workdir).returncode == 0

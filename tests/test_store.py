@@ -211,6 +211,22 @@ def test_link_job_is_idempotent_and_jobs_are_shared(store: Store) -> None:
     assert counts == [{"pending": 0, "running": 0, "done": 1, "failed": 0}] * 2
 
 
+def test_a_plans_jobs_are_linked_in_one_write_in_chunks_and_done_ones_stay_done(store: Store) -> None:
+    first = _experiment(store)
+    _link(store, first, "job-7")
+    store.mark_running("job-7", mlflow_run_id="run-7")
+    store.mark_done("job-7", result={"ok": True})
+    later = _experiment(store, spec_hash="spec-2")
+    jobs = [{"job_hash": f"job-{i}", "kind": "select_depth", "name": f"s{i}", "config": {"seed": i}} for i in range(1203)]
+    store.link_jobs(later, jobs)  # three chunks
+    store.link_jobs(later, jobs)  # again: nothing doubles
+    linked = store.jobs(later)
+    assert len(linked) == 1203 and len({j["job_hash"] for j in linked}) == 1203
+    assert {j["status"] for j in linked if j["job_hash"] != "job-7"} == {"pending"}
+    assert next(j for j in linked if j["job_hash"] == "job-7")["status"] == "done"
+    assert store.job_config("job-1202") == {"seed": 1202}
+
+
 def test_link_job_to_unknown_experiment_is_refused(store: Store) -> None:
     with pytest.raises(StoreError, match="link_job"):
         _link(store, 12345, "job-a")

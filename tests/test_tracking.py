@@ -52,7 +52,7 @@ def test_parent_and_child_runs_with_curve(tmp_path):
     # metrics carry the run's real start time (not 1970), one per run: a value logged again is the same point
     assert {m.timestamp for m in client.get_metric_history(run_id, "accept_len")} == {run.info.start_time}
     assert run.info.start_time > 1_700_000_000_000
-    Tracker(uri).log_series(run_id, "accept_len", [(1, 1.8)])  # a record retried by another driver
+    Tracker(uri).log_all(run_id, series={"accept_len": [(1, 1.8)]})  # a record retried by another driver
     assert len(client.get_metric_history(run_id, "accept_len")) == 4
     surv = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "survival"))
     assert surv == [(1, 0.8), (2, 0.4), (3, 0.2)]
@@ -62,6 +62,4 @@ def test_parent_and_child_runs_with_curve(tmp_path):
     assert rms == [(1, 2.0), (2, 3.0), (3, 4.0)]
     walk = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "decode_accept_len"))
     assert walk == [(0, 1.0), (1, 1.7), (2, 2.0), (3, 2.1)]
-    artifacts = [a.path for a in client.list_artifacts(run_id)]
-    assert {"curve.png", "conditions.png", "drift.png"} <= set(artifacts)
-    assert (tmp_path / "artifacts").is_dir()
+    assert client.list_artifacts(run_id) == []  # no figure drawn per job: MLflow charts the series

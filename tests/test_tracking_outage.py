@@ -35,7 +35,7 @@ def test_a_tracking_outage_is_ridden_out_and_logged_once(mlflow_server, caplog):
     run = tracker.start_job(exp, parent, job_hash="j1", kind="measure_curve", name="m", params={"b": 2}, tags={})
     proxy.down()
     done = threading.Event()
-    writer = threading.Thread(target=lambda: (tracker.log_series(run, "accept_len", [(1, 1.5), (2, 1.8)]),
+    writer = threading.Thread(target=lambda: (tracker.log_all(run, series={"accept_len": [(1, 1.5), (2, 1.8)]}),
                                               done.set()))
     writer.start()
     time.sleep(2.0)
@@ -58,7 +58,7 @@ def test_an_outage_longer_than_the_bound_is_one_error(mlflow_server):
     t0 = time.monotonic()
     try:
         with pytest.raises(UserError, match=r"MLflow tracking store http://127.0.0.1:\d+ unavailable for 2 s") as caught:
-            tracker.log_metrics(parent, {"x": 1.0})
+            tracker.log_all(parent, metrics={"x": 1.0})
         assert time.monotonic() - t0 < 40 and "\n" not in str(caught.value)
     finally:
         proxy.up()

@@ -1,0 +1,130 @@
+"""The fleet simulation: what orchestrating a fleet costs as the fleet grows, its jobs taking no time.
+
+A fleet of N pairings (N/10 targets named by hub ids, never loaded, times 10 EAGLE-3 drafters;
+one target when N <= 10) is planned by the real planner and run by the real executor, every job
+answered at once (pipeline/instant_jobs.py): 4 jobs per pairing (train_drafter, measure_curve,
+profile_cost, select_depth), recorded in MLflow and the database as any run is. What is timed is
+therefore specfleet's own cost: planning, claiming, scheduling, recording. It runs on the
+in-process executor and on a local Ray cluster (one, started once and not timed), each against
+SQLite and, when given a server, a fresh PostgreSQL database per run; MLflow is a SQLite store in
+the run's own folder, as `specfleet run` makes one.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from pipeline.local import LocalCluster
+from pipeline.plan import build_plan
+from pipeline.spec import ExperimentSpec, parse_spec
+
+CODE_VERSION = "fleet-sim"
+PER_TARGET = 10  # drafters per target
+RUNNER = "pipeline.instant_jobs:instant_job"
+
+
+def fleet_spec(pairings: int) -> tuple[ExperimentSpec, str]:
+    """The spec of a fleet of `pairings` (up to 10, or a multiple of 10)."""
+    if pairings < 1 or (pairings > PER_TARGET and pairings % PER_TARGET):
+        raise ValueError(f"pairings: {pairings}; give 1..{PER_TARGET} or a multiple of {PER_TARGET}")
+    targets, drafters = max(1, pairings // PER_TARGET), min(pairings, PER_TARGET)
+    data = {"name": f"fleet-{pairings}",
+            "targets": [{"name": f"t{i}", "hf": f"specfleet-sim/target-{i}"} for i in range(targets)],
+            "drafters": [{"name": f"d{j}", "kind": "eagle3", "train": {"steps": 1 + j}} for j in range(drafters)],
+            "evaluation": {"max_depth": 2}}
+    text = yaml.safe_dump(data, sort_keys=False)
+    return parse_spec(text, f"<fleet of {pairings}>"), text
+
+
+def simulate(sizes: tuple[int, ...], *, executors: tuple[str, ...] = ("local", "ray"), postgres: str | None = None,
+             workdir: Path, log: Callable[[str], None] = print) -> list[dict]:
+    """One row per executor, database and fleet size: jobs, planning and running seconds, per-job
+    milliseconds. Every run writes into a new folder of `workdir` (and a new PostgreSQL database)."""
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    databases = ("sqlite", "postgresql") if postgres else ("sqlite",)
+    rows = []
+    for executor in executors:
+        with _cluster(executor) as connect:
+            for database in databases:
+                for n in sizes:
+                    with _database(database, postgres) as url:
+                        row = _one(n, executor, database, url, connect, Path(tempfile.mkdtemp(dir=workdir)))
+                    log(f"fleet: {n} pairings ({row['jobs']} jobs), {executor} executor, {database}: planned in "
+                        f"{row['plan_s']:.2f} s, ran in {row['run_s']:.1f} s, {row['ms_per_job']:.1f} ms per job")
+                    rows.append(row)
+    return rows
+
+
+def _one(n: int, executor: str, database: str, db_url: str | None, connect: Callable, folder: Path) -> dict:
+    from rich.console import Console
+
+    from db.store import Store
+    from pipeline.cli_common import workdir_stores
+    from pipeline.executor import run_plan
+    from pipeline.tracking import Tracker
+
+    spec, text = fleet_spec(n)
+    sqlite_db, mlflow, artifacts = workdir_stores(folder)
+    store, tracker = Store(db_url or sqlite_db), Tracker(mlflow, artifacts)
+    try:
+        t0 = time.perf_counter()
+        plan = build_plan(spec, CODE_VERSION)
+        planned = time.perf_counter()
+        summary = run_plan(plan, spec=spec, spec_text=text, store=store, tracker=tracker, workdir=folder,
+                           connect=connect, console=Console(quiet=True))
+        ran = time.perf_counter()
+    finally:
+        store.close()
+    if summary.failed or len(summary.done) != len(plan.jobs):
+        raise RuntimeError(f"fleet simulation: {len(summary.done)} of {len(plan.jobs)} jobs ran, "
+                           f"{len(summary.failed)} failed: {next(iter(summary.failed.values()), '')}")
+    return {"executor": executor, "database": database, "pairings": n, "jobs": len(plan.jobs),
+            "plan_s": planned - t0, "run_s": ran - planned, "ms_per_job": (ran - t0) * 1000 / len(plan.jobs)}
+
+
+@contextmanager
+def _cluster(executor: str) -> Iterator[Callable]:
+    """A function returning the cluster to run on; a Ray cluster is started once, here, untimed."""
+    from pipeline.instant_jobs import instant_job
+
+    if executor == "local":
+        yield lambda: LocalCluster(instant_job)
+        return
+    if executor != "ray":
+        raise ValueError(f"executors: {executor!r}; use local or ray")
+    from pipeline.cluster import connect
+
+    cluster = connect(None, {})
+    cluster.runner = RUNNER
+    try:  # run_plan closes what it is given: a copy that does not own Ray leaves it up for the next run
+        yield lambda: replace(cluster, started_here=False, logs={})
+    finally:
+        cluster.close()
+
+
+@contextmanager
+def _database(kind: str, postgres: str | None) -> Iterator[str | None]:
+    """None for the run folder's SQLite file; a new PostgreSQL database on the server `postgres`,
+    dropped afterwards."""
+    if kind == "sqlite":
+        yield None
+        return
+    from sqlalchemy import create_engine, make_url, text
+
+    admin = create_engine(postgres, isolation_level="AUTOCOMMIT")
+    name = f"specfleet_fleet_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(postgres).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
