@@ -376,6 +376,7 @@ def _speculates(row: dict) -> bool:
 app.command()(cli_results.drift)
 app.command()(cli_results.report)
 app.command()(cli_results.bench)
+app.command("fleet-sim")(cli_results.fleet_sim)
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """The commands that show results: `specfleet drift` (drafters compared by depth, as Markdown),
 `specfleet report` (pages of stored results: HTML with its figures inside, PNGs and tables.md beside it,
-also logged to the experiment's MLflow run) and `specfleet bench` (what specfleet costs to run)."""
+also logged to the experiment's MLflow run), `specfleet bench` (what specfleet costs to run) and
+`specfleet fleet-sim` (what orchestrating a fleet costs as it grows)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -110,3 +111,37 @@ def bench(
               log=lambda line: err.print(line, markup=False, soft_wrap=True, highlight=False))
     out.print((folder / "bench.md").read_text(), markup=False, soft_wrap=True)
     out.print(f"bench: {folder / 'bench.json'}, {folder / 'bench.md'}")
+
+
+def fleet_sim(
+    sizes: Annotated[str, typer.Option("--sizes", help="Fleet sizes in pairings, comma-separated (targets x drafters, each at most 64).")] = "10,100,1000",
+    executors: Annotated[str, typer.Option("--executors", help="local (in process), ray, or both.")] = "local,ray",
+    postgres: Annotated[Optional[str], typer.Option(
+        "--postgres", help="A PostgreSQL server URL: each run also gets a fresh database there (dropped afterwards).")] = None,
+    folder: Annotated[Path, typer.Option("--out", help="Folder for fleet.json, fleet.md and fleet.png.")] = Path("fleet-results"),
+    workdir: WorkdirOpt = Path(".specfleet-fleet"),
+):
+    """What orchestrating a fleet costs as it grows: fleets of instant jobs planned, scheduled and recorded
+    in MLflow and the database, on the in-process executor and on Ray. Not a test."""
+    import json
+
+    from pipeline.fleet_sim import fleet_spec, plot, simulate, table
+
+    try:
+        counts = tuple(int(s) for s in sizes.split(","))
+        for n in counts:
+            fleet_spec(n)
+    except ValueError as exc:
+        raise UserError(f"--sizes: {exc}") from None
+    chosen = tuple(e.strip() for e in executors.split(","))
+    unknown = [e for e in chosen if e not in ("local", "ray")]
+    if unknown or not chosen:
+        raise UserError(f"--executors: {', '.join(unknown) or executors!r}; use local, ray or both")
+    rows = simulate(counts, executors=chosen, postgres=postgres, workdir=workdir,
+                    log=lambda line: err.print(line, markup=False, soft_wrap=True, highlight=False))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "fleet.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (folder / "fleet.md").write_text(table(rows))
+    plot(rows, folder / "fleet.png")
+    out.print(table(rows), markup=False, soft_wrap=True)
+    out.print(f"fleet simulation: {folder / 'fleet.json'}, {folder / 'fleet.md'}, {folder / 'fleet.png'}")

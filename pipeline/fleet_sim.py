@@ -1,7 +1,7 @@
 """The fleet simulation: what orchestrating a fleet costs as the fleet grows, its jobs taking no time.
 
-A fleet of N pairings (N/10 targets named by hub ids, never loaded, times 10 EAGLE-3 drafters;
-one target when N <= 10) is planned by the real planner and run by the real executor, every job
+A fleet of N pairings (targets named by hub ids, never loaded, times EAGLE-3 drafters: see
+`fleet_spec`) is planned by the real planner and run by the real executor, every job
 answered at once (pipeline/instant_jobs.py): 4 jobs per pairing (train_drafter, measure_curve,
 profile_cost, select_depth), recorded in MLflow and the database as any run is. What is timed is
 therefore specfleet's own cost: planning, claiming, scheduling, recording. It runs on the
@@ -26,17 +26,20 @@ from pipeline.plan import build_plan
 from pipeline.spec import ExperimentSpec, parse_spec
 
 CODE_VERSION = "fleet-sim"
-PER_TARGET = 10  # drafters per target
+MEMBERS = 64  # targets, and drafters, a spec may name
 RUNNER = "pipeline.instant_jobs:instant_job"
 
 
 def fleet_spec(pairings: int) -> tuple[ExperimentSpec, str]:
-    """The spec of a fleet of `pairings` (up to 10, or a multiple of 10)."""
-    if pairings < 1 or (pairings > PER_TARGET and pairings % PER_TARGET):
-        raise ValueError(f"pairings: {pairings}; give 1..{PER_TARGET} or a multiple of {PER_TARGET}")
-    targets, drafters = max(1, pairings // PER_TARGET), min(pairings, PER_TARGET)
+    """The spec of a fleet of `pairings`: as many drafters per target as divide it, up to the spec's
+    64 (10 pairings: 1 x 10; 100: 2 x 50; 1,000: 20 x 50)."""
+    drafters = max(d for d in range(1, MEMBERS + 1) if pairings % d == 0) if pairings >= 1 else 0
+    if pairings < 1 or pairings // drafters > MEMBERS:
+        raise ValueError(f"pairings: {pairings}; give a number of targets times a number of drafters, "
+                         f"each at most {MEMBERS}")
     data = {"name": f"fleet-{pairings}",
-            "targets": [{"name": f"t{i}", "hf": f"specfleet-sim/target-{i}"} for i in range(targets)],
+            "targets": [{"name": f"t{i}", "hf": f"specfleet-sim/target-{i}"} for i in range(pairings // drafters)],
+            # drafters that differ in what they train, so each pairing's jobs are its own
             "drafters": [{"name": f"d{j}", "kind": "eagle3", "train": {"steps": 1 + j}} for j in range(drafters)],
             "evaluation": {"max_depth": 2}}
     text = yaml.safe_dump(data, sort_keys=False)
@@ -128,3 +131,30 @@ def _database(kind: str, postgres: str | None) -> Iterator[str | None]:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+def table(rows: list[dict]) -> str:
+    """The rows as a Markdown table."""
+    lines = ["| pairings | jobs | executor | database | planning (s) | run (s) | per job (ms) |",
+             "|---:|---:|---|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['pairings']:,} | {r['jobs']:,} | {r['executor']} | {r['database']} | {r['plan_s']:.2f} | "
+                     f"{r['run_s']:.1f} | {r['ms_per_job']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: Path) -> Path:
+    """Wall time and time per job against the fleet's size, one line per executor and database."""
+    from pipeline.report import pyplot, save_figure
+
+    plt = pyplot()
+    fig, (total, per_job) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for key in dict.fromkeys((r["executor"], r["database"]) for r in rows):
+        mine = sorted((r for r in rows if (r["executor"], r["database"]) == key), key=lambda r: r["pairings"])
+        sizes = [r["pairings"] for r in mine]
+        total.plot(sizes, [r["plan_s"] + r["run_s"] for r in mine], "o-", label=" / ".join(key))
+        per_job.plot(sizes, [r["ms_per_job"] for r in mine], "o-", label=" / ".join(key))
+    total.set(xscale="log", yscale="log", xlabel="pairings", ylabel="seconds", title="planning + running")
+    per_job.set(xscale="log", xlabel="pairings", ylabel="ms per job", ylim=(0, None), title="per job")
+    total.legend(fontsize=8)
+    return save_figure(fig, path, "a fleet of instant jobs: what orchestration costs")
