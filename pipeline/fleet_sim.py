@@ -11,6 +11,7 @@ the run's own folder, as `specfleet run` makes one.
 """
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 import uuid
@@ -47,9 +48,10 @@ def fleet_spec(pairings: int) -> tuple[ExperimentSpec, str]:
 
 
 def simulate(sizes: tuple[int, ...], *, executors: tuple[str, ...] = ("local", "ray"), postgres: str | None = None,
-             workdir: Path, log: Callable[[str], None] = print) -> list[dict]:
+             workdir: Path, log: Callable[[str], None] = print, keep: bool = False) -> list[dict]:
     """One row per executor, database and fleet size: jobs, planning and running seconds, per-job
-    milliseconds. Every run writes into a new folder of `workdir` (and a new PostgreSQL database)."""
+    milliseconds. Every run writes into a new folder of `workdir` (and a new PostgreSQL database),
+    removed afterwards unless `keep`."""
     Path(workdir).mkdir(parents=True, exist_ok=True)
     databases = ("sqlite", "postgresql") if postgres else ("sqlite",)
     rows = []
@@ -57,8 +59,13 @@ def simulate(sizes: tuple[int, ...], *, executors: tuple[str, ...] = ("local", "
         with _cluster(executor) as connect:
             for database in databases:
                 for n in sizes:
-                    with _database(database, postgres) as url:
-                        row = _one(n, executor, database, url, connect, Path(tempfile.mkdtemp(dir=workdir)))
+                    folder = Path(tempfile.mkdtemp(dir=workdir))
+                    try:
+                        with _database(database, postgres) as url:
+                            row = _one(n, executor, database, url, connect, folder)
+                    finally:
+                        if not keep:
+                            shutil.rmtree(folder, ignore_errors=True)
                     log(f"fleet: {n} pairings ({row['jobs']} jobs), {executor} executor, {database}: planned in "
                         f"{row['plan_s']:.2f} s, ran in {row['run_s']:.1f} s, {row['ms_per_job']:.1f} ms per job")
                     rows.append(row)
@@ -102,12 +109,13 @@ def _cluster(executor: str) -> Iterator[Callable]:
         return
     if executor != "ray":
         raise ValueError(f"executors: {executor!r}; use local or ray")
-    from pipeline.cluster import connect
+    from pipeline.cluster import ProgressBoard, connect
 
     cluster = connect(None, {})
     cluster.runner = RUNNER
-    try:  # run_plan closes what it is given: a copy that does not own Ray leaves it up for the next run
-        yield lambda: replace(cluster, started_here=False, logs={})
+    try:  # run_plan closes what it is given: a copy that does not own Ray leaves it up for the next run,
+        # with a progress board of its own (a shared one would hand each run every earlier run's jobs)
+        yield lambda: replace(cluster, started_here=False, logs={}, board=ProgressBoard.remote())
     finally:
         cluster.close()
 

@@ -10,6 +10,7 @@ imports torch.
 from __future__ import annotations
 
 import json
+import shutil
 
 from pipeline.core import contracts as c
 from pipeline.core.artifacts import publish, scratch
@@ -47,8 +48,11 @@ def _stored(result_type, kind: str, checkpoints: str | None, job_hash: str | Non
     if checkpoints is None:
         return result_type(metrics={"seconds": 0.0}, files={"config.json": config})
     folder = scratch()
-    (folder / "config.json").write_bytes(config)
-    return result_type(metrics={"seconds": 0.0}).by_reference(*publish(folder, checkpoints, job_hash))
+    try:
+        (folder / "config.json").write_bytes(config)
+        return result_type(metrics={"seconds": 0.0}).by_reference(*publish(folder, checkpoints, job_hash))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # gone already once published
 
 
 def instant_job(kind: str, config: c.JobConfig, inputs: dict, *, num_cpus: float, num_gpus: float, progress=None,

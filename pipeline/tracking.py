@@ -52,7 +52,6 @@ class Tracker:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
         self.artifact_root = artifact_root
         self._starts: dict[str, int] = {}  # run id -> its start time, the timestamp of its metrics
-        self._params: dict[str, list[Param]] = {}  # run id -> its params, until its first log
         if tracking_uri.startswith("sqlite:///"):
             self.client = self._sqlite_client(Path(tracking_uri.removeprefix("sqlite:///")))
         else:
@@ -111,8 +110,7 @@ class Tracker:
             return exp_id, found.info.run_id
         run = self._call(self.client.create_run, exp_id, run_name=experiment,
                          tags={TAG_SPEC: spec_hash, TAG_KIND: "experiment", **tags})
-        self._params[run.info.run_id] = [Param(k, v) for k, v in flatten(params).items()]
-        self._send(run.info.run_id, [], [])
+        self._send(run.info.run_id, params=[Param(k, v) for k, v in flatten(params).items()])
         return exp_id, run.info.run_id
 
     def start_job(self, experiment_id: str, parent_run_id: str, *, job_hash: str, kind: str, name: str,
@@ -122,8 +120,8 @@ class Tracker:
             tags={PARENT_TAG: parent_run_id, TAG_JOB: job_hash, TAG_KIND: kind, **tags},
         )
         self._starts[run.info.run_id] = run.info.start_time  # its metrics' timestamp, without asking again
-        # sent with the run's first log (or when it ends): one call per job fewer
-        self._params[run.info.run_id] = [Param(k, v) for k, v in flatten(params).items()]
+        # at once, so a run shows its config while its job runs (for hours, a training job)
+        self._send(run.info.run_id, params=[Param(k, v) for k, v in flatten(params).items()])
         return run.info.run_id
 
     def log_all(self, run_id: str, *, metrics: dict[str, float] | None = None,
@@ -133,12 +131,12 @@ class Tracker:
         at = self._stamp(run_id)
         values = [Metric(k, float(v), at, 0) for k, v in (metrics or {}).items()]
         values += [Metric(name, float(v), at, int(step)) for name, points in (series or {}).items() for step, v in points]
-        self._send(run_id, values, [RunTag(k, v) for k, v in (tags or {}).items()])
+        self._send(run_id, metrics=values, tags=[RunTag(k, v) for k, v in (tags or {}).items()])
 
-    def _send(self, run_id: str, metrics: list, tags: list) -> None:
-        """metrics, tags and the run's params not sent yet, in batches within MLflow's limits (100
-        params, 100 tags, 1,000 entries in all)."""
-        params = self._params.pop(run_id, [])
+    def _send(self, run_id: str, *, metrics: list = (), params: list = (), tags: list = ()) -> None:
+        """Metrics, params and tags in as few batches as MLflow's limits allow (100 params, 100 tags,
+        1,000 entries in all per batch)."""
+        metrics, params, tags = list(metrics), list(params), list(tags)
         while True:
             p, t = params[:100], tags[:100]
             m = metrics[:1000 - len(p) - len(t)]
@@ -188,8 +186,6 @@ class Tracker:
         return ended
 
     def end(self, run_id: str, ok: bool) -> None:
-        if self._params.get(run_id):  # a job that failed before it logged anything
-            self._send(run_id, [], [])
         self._call(self.client.set_terminated, run_id, status="FINISHED" if ok else "FAILED")
 
     def _call(self, method, *args, **kwargs):

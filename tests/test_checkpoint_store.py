@@ -94,8 +94,9 @@ def test_a_drafter_trained_on_one_node_is_measured_on_another_without_a_shared_f
     for kind, result in trained.items():
         # the reference is the server's own address: any node reads it with nothing else configured
         assert result["files_uri"].startswith(f"{tracking}/api/2.0/mlflow-artifacts/artifacts/"), result["files_uri"]
-        assert result["files_uri"].endswith(f"/checkpoints/{jobs[kind]['job_hash']}")
-        kept = next(served.rglob(jobs[kind]["job_hash"]))  # in the server's artifact store
+        # under the job, named by content: two attempts of a job never share a folder
+        assert result["files_uri"].endswith(f"/checkpoints/{jobs[kind]['job_hash']}/{result['files_sha256'][:16]}")
+        kept = next(served.rglob(result["files_sha256"][:16]))  # in the server's artifact store
         assert dir_hash(kept) == result["files_sha256"]
         assert {p.name for p in kept.iterdir()} == set(result["file_sizes"])
         # the second node fetched it into its own cache, checked; the first had it from training

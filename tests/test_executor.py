@@ -15,7 +15,7 @@ from db.store import Store
 from pipeline.core import contracts as c
 from pipeline.core.select import run as select_depth
 from pipeline.core.types import CostProfile, Curve
-from pipeline.errors import ResourceError
+from pipeline.errors import ResourceError, UserError
 from pipeline.executor import run_plan
 from pipeline.local import LocalCluster
 from pipeline.plan import build_plan
@@ -265,3 +265,42 @@ def test_a_report_gives_every_pairing_its_own_choice_and_the_cost_job_it_shares(
     again = load_experiment(store, f"twins@{record.id}")
     assert again.skipped == (curve.name,) and [p.label for p in again.pairings] == ["t/a", "t/b"]
     assert again.pairings[1].measured is None and again.pairings[1].selected is not None
+
+
+class ElsewhereCluster(LocalCluster):
+    """A cluster with nodes on other machines (as Ray reports them)."""
+
+    def elsewhere(self) -> int:
+        return 2
+
+
+def test_nodes_on_other_machines_need_a_checkpoint_store_they_can_read(env):
+    tmp_path, store, tracker = env
+    parsed = parse_spec(yaml.safe_dump(SPEC))
+    run_it = dict(spec=parsed, spec_text="", store=store, tracker=tracker, workdir=tmp_path,
+                  connect=lambda: ElsewhereCluster(answer), console=Console(quiet=True))
+    with pytest.raises(UserError, match=r"--checkpoints: the cluster has 2 node\(s\) on other machines"):
+        run_plan(build_plan(parsed, "v1"), **run_it)
+    assert store.experiments() == [] and mlflow_statuses(tmp_path) == []  # refused before anything was written
+    with pytest.raises(UserError, match="--checkpoints: mlflow-artifacts:/1/x needs the MLflow server"):
+        run_plan(build_plan(parsed, "v1"), checkpoints="mlflow-artifacts:/1/x", **run_it)
+    assert store.experiments() == []
+    shared = tmp_path / "shared"  # a folder the user says every node mounts
+    summary = run_plan(build_plan(parsed, "v1"), checkpoints=str(shared), **run_it)
+    assert not summary.failed
+
+
+def test_a_runs_params_and_a_recorders_metrics_go_in_batches_within_mlflows_limits(env):
+    _, _, tracker = env
+    exp, parent = tracker.parent_run(experiment="limits", spec_hash="s", params={f"p{i}": i for i in range(250)},
+                                     tags={})
+    run_id = tracker.start_job(exp, parent, job_hash="j", kind="measure_curve", name="m",
+                               params={f"q{i}": i for i in range(230)}, tags={})
+    tracker.log_all(run_id, metrics={f"m{i}": i for i in range(150)},
+                    series={"accept_len": [(k, k / 10) for k in range(1200)]},
+                    tags={f"t{i}": str(i) for i in range(120)})
+    client = tracker.client
+    assert len(client.get_run(parent).data.params) == 250
+    data = client.get_run(run_id).data
+    assert len(data.params) == 230 and len(data.metrics) == 151 and sum(k.startswith("t") for k in data.tags) == 120
+    assert len(client.get_metric_history(run_id, "accept_len")) == 1200

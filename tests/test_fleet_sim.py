@@ -24,7 +24,8 @@ def test_a_fleet_is_targets_times_drafters_each_within_the_specs_limits():
 
 
 def test_instant_fleets_run_through_both_executors_and_both_databases(tmp_path):
-    rows = simulate((10,), executors=("local", "ray"), postgres=PG_BASE_URL, workdir=tmp_path, log=lambda line: None)
+    rows = simulate((10,), executors=("local", "ray"), postgres=PG_BASE_URL, workdir=tmp_path, log=lambda line: None,
+                    keep=True)
     assert [(r["executor"], r["database"]) for r in rows] == [("local", "sqlite"), ("local", "postgresql"),
                                                               ("ray", "sqlite"), ("ray", "postgresql")]
     assert all(r["jobs"] == 40 and r["run_s"] > 0 and r["ms_per_job"] > 0 for r in rows)

@@ -108,6 +108,10 @@ def test_a_drafter_checkpoint_holds_what_training_changed_in_the_dtype_it_runs_i
                        device="cpu", dtype=torch.float32)
     for name, value in drafter.state_dict().items():
         assert torch.equal(back.state_dict()[name], value), name
+    halved = load_eagle3(write_dir(half, tmp_path / "bf16"), embedding=target.get_input_embeddings().weight,
+                         device="cpu", dtype=torch.bfloat16)
+    for name, value in drafter.state_dict().items():  # what a bf16 worker runs: the weights, rounded once
+        assert torch.equal(halved.state_dict()[name], value.to(halved.state_dict()[name].dtype)), name
 
 
 def test_standalone_drafter_from_a_local_hf_folder(hf_folder):

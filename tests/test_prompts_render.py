@@ -11,7 +11,7 @@ import torch
 from pipeline.core.acceptance import curve_from_accepted, decode_walk, walk_accept_len
 from pipeline.core.categories import category_curves, choose_by_category, split_by_category
 from pipeline.core.choice import choose_depth
-from pipeline.core.contracts import Measured
+from pipeline.core.contracts import Dataset, Measured
 from pipeline.core.conversations import Message
 from pipeline.core.settings import PromptsFile, TrainingData
 from workers.chat_format import assistant_spans, turns_ids, turns_text
@@ -132,7 +132,7 @@ def test_written_answers_score_the_assistant_turns_only(tmp_path, templated):
     pf = prompts_file(tmp_path, [LONG, ASK, LONG | {"category": "other"}])
     data = TrainingData(prompts=pf, answers="as_written", tokens=10_000, max_prompt_tokens=200, max_new_tokens=200)
     files, metrics = written_answers(templated, data=data, seed=0)
-    text = load_text(files)
+    text = load_text(Dataset(metrics={}, files=files))
     assert metrics["samples"] == 2 and metrics["skipped_unanswered"] == 1  # ASK has no assistant turn
     scored_next = [templated.decode(text.ids[t + 1: t + 2]) for t in range(text.ids.numel() - 1) if text.scored[t]]
     answers = "".join(scored_next)

@@ -218,7 +218,7 @@ def test_a_plans_jobs_are_linked_in_one_write_in_chunks_and_done_ones_stay_done(
     store.mark_done("job-7", result={"ok": True})
     later = _experiment(store, spec_hash="spec-2")
     jobs = [{"job_hash": f"job-{i}", "kind": "select_depth", "name": f"s{i}", "config": {"seed": i}} for i in range(1203)]
-    store.link_jobs(later, jobs)  # three chunks
+    store.link_jobs(later, jobs)  # in chunks
     store.link_jobs(later, jobs)  # again: nothing doubles
     linked = store.jobs(later)
     assert len(linked) == 1203 and len({j["job_hash"] for j in linked}) == 1203

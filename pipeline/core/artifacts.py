@@ -17,13 +17,15 @@ MLflow is imported only for a remote store.
 """
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import urlparse
+from urllib.request import url2pathname
 
-from pipeline.core.files import PART, cache_root, cached_dir, clean_partials, dir_hash, staged_dir
+from pipeline.core.files import PART, cache_root, cached_dir, clean_partials, dir_hash, staged_dir, writer_tag
 
 
 class Ref(NamedTuple):
@@ -35,13 +37,13 @@ class Ref(NamedTuple):
 
 
 def is_local(uri: str) -> bool:
-    """A folder on this machine: a plain path or a file:// URI."""
-    return urlparse(uri).scheme in ("", "file") or (len(uri) > 1 and uri[1] == ":")
+    """A folder on this machine: a plain path (a Windows one too) or a file:// URI."""
+    return urlparse(uri).scheme in ("", "file") or re.match(r"^[A-Za-z]:[\\/]", uri) is not None
 
 
 def local_path(uri: str) -> Path:
     parsed = urlparse(uri)
-    return Path(parsed.path if parsed.scheme == "file" else uri).expanduser()
+    return Path(url2pathname(parsed.path) if parsed.scheme == "file" else uri).expanduser()
 
 
 def resolved_root(uri: str, tracking_uri: str | None) -> str:
@@ -55,8 +57,18 @@ def resolved_root(uri: str, tracking_uri: str | None) -> str:
 
         if not tracking_uri or urlparse(tracking_uri).scheme not in ("http", "https"):
             raise ValueError(f"{uri} needs the MLflow server it belongs to (an http(s) tracking URI)")
-        return MlflowArtifactsRepository.resolve_uri(uri, tracking_uri)
-    return uri.rstrip("/")
+        uri = MlflowArtifactsRepository.resolve_uri(uri, tracking_uri)
+    return _without_credentials(uri.rstrip("/"))
+
+
+def _without_credentials(uri: str) -> str:
+    """A URI without the user:password a tracking URI may carry: references are stored and logged,
+    and nodes authenticate as MLflow's client does (MLFLOW_TRACKING_USERNAME/PASSWORD/TOKEN)."""
+    parsed = urlparse(uri)
+    if parsed.username is None and parsed.password is None:
+        return uri
+    host = parsed.hostname or ""
+    return parsed._replace(netloc=f"{host}:{parsed.port}" if parsed.port else host).geturl()
 
 
 def sizes_of(folder: Path) -> dict[str, int]:
@@ -77,21 +89,21 @@ def publish(folder: Path, root: str, name: str) -> Ref:
             shutil.rmtree(folder, ignore_errors=True)
             return Ref(str(dest.resolve()), sha, sizes)
         if dest.is_dir():  # damaged or of another release: replaced, never trusted
-            stale = dest.with_name(f".{dest.name}{PART}stale-{sha[:8]}")
+            stale = dest.with_name(f".{dest.name}{PART}{writer_tag()}-stale")
             dest.rename(stale)
             shutil.rmtree(stale, ignore_errors=True)
-        _move_into(folder, dest)
+        if not _move_into(folder, dest):  # another attempt of the job put its own there first
+            sha, sizes = dir_hash(dest), sizes_of(dest)
         return Ref(str(dest.resolve()), sha, sizes)
-    uri = f"{root.rstrip('/')}/{name}"
+    # named by content under the job: two attempts of one job never write into one folder
+    uri = f"{root.rstrip('/')}/{name}/{sha[:16]}"
     try:
         _repo(uri).log_artifacts(str(folder))
     except Exception as exc:  # noqa: BLE001 - any backend's failure, named with the store
         raise RuntimeError(f"cannot upload to checkpoint store {uri}: {_first_line(exc)}") from exc
     cached = cache_root() / sha[:32]
-    if cached.is_dir():
+    if cached.is_dir() or not _move_into(folder, cached):
         shutil.rmtree(folder, ignore_errors=True)
-    else:
-        _move_into(folder, cached)
     return Ref(uri, sha, sizes)
 
 
@@ -136,14 +148,15 @@ def folder_of(result) -> Path:
 def present(uri: str, sha256: str | None, sizes: dict[str, int]) -> bool:
     """Whether a reference still holds what was recorded, judged without reading it elsewhere: a
     folder by its content hash, a remote store by its listing (names and sizes; the hash is checked
-    by the node that downloads it)."""
+    by the node that downloads it). A store that cannot be asked is an error, not an absence: what
+    it holds is neither rerun nor forgotten while it is away."""
     if is_local(uri):
         folder = local_path(uri)
         return folder.is_dir() and (sha256 is None or dir_hash(folder) == sha256)
     try:
         return _remote_sizes(uri) == sizes
-    except Exception:  # noqa: BLE001 - unreachable or gone: the job runs again
-        return False
+    except Exception as exc:  # noqa: BLE001 - any backend's failure, named with the store
+        raise RuntimeError(f"cannot list checkpoint {uri}: {_first_line(exc)}") from exc
 
 
 def _remote_sizes(uri: str) -> dict[str, int]:
@@ -159,16 +172,22 @@ def _remote_sizes(uri: str) -> dict[str, int]:
 
 
 def scratch() -> Path:
-    """An empty folder for a job to write its files into, on this node's disk beside its cache."""
-    root = cache_root() / ".scratch"
+    """An empty folder for a job to write its files into, on this node's disk beside its cache; those
+    of workers that died before publishing are removed here."""
+    root = cache_root() / "scratch"
     root.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=root))
+    clean_partials(root)
+    return Path(tempfile.mkdtemp(dir=root, prefix=f".files{PART}{writer_tag()}-"))
 
 
-def _move_into(folder: Path, dest: Path) -> None:
+def _move_into(folder: Path, dest: Path) -> bool:
+    """Move `folder` to `dest` atomically; whether it is this folder that is there now (False: a
+    writer racing on the same name was first, and this one is discarded)."""
     with staged_dir(dest) as tmp:
         tmp.rmdir()
         shutil.move(str(folder), str(tmp))
+        mine = tmp.stat().st_ino
+    return dest.stat().st_ino == mine
 
 
 def _repo(uri: str):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from pipeline.core.files import Files
 from pipeline.core.settings import BuiltinTarget, CostTiming, DrafterSpec, Evaluation, TrainingData, Validation
@@ -145,6 +145,16 @@ class Stored(Contract):
     files_uri: str | None = None
     files_sha256: str | None = None  # files_hash of the files: what the reference must still hold to be reused
     file_sizes: dict[str, int] = {}  # name -> bytes: how a remote store's copy is checked without reading it
+
+    @model_validator(mode="before")
+    @classmethod
+    def _folder_of_older_releases(cls, data):
+        """Results recorded before references held their folder as `checkpoint_dir`: the same thing."""
+        if isinstance(data, dict) and "checkpoint_dir" in data:
+            data = dict(data)
+            folder = data.pop("checkpoint_dir")
+            data.setdefault("files_uri", folder)
+        return data
 
     def by_reference(self, uri: str, sha256: str, sizes: dict[str, int]):
         return self.model_copy(update={"files": None, "files_uri": uri, "files_sha256": sha256, "file_sizes": sizes})

@@ -1,10 +1,11 @@
-"""Model folders as bytes, and the one way a folder is written: atomically.
+"""Folders written atomically and hashed by content.
 
-A checkpoint travels between nodes as `Files`, {relative file name: bytes} of a Hugging Face
-style folder (config.json, model.safetensors, tokenizer files), so nodes need no shared
-filesystem. Wherever a folder lands (the driver's work directory, a worker's cache), it is
-written into a temporary sibling and renamed into place: a reader sees the whole folder or
-none of it, and writers racing on one name (several workers of a node) cannot mix files.
+A job's files are a Hugging Face style folder (config.json, model.safetensors, tokenizer files),
+held in memory as `Files` ({relative file name: bytes}) only inside one process; between nodes
+they travel by reference (pipeline/core/artifacts.py). Wherever a folder lands (a checkpoint
+store, a node's cache), it is written into a temporary sibling and renamed into place: a reader
+sees the whole folder or none of it, and writers racing on one name (several workers of a node)
+cannot mix files.
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def staged_dir(folder: str | Path) -> Iterator[Path]:
     """
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}{PART}{_owner()}-"))
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}{PART}{writer_tag()}-"))
     try:
         yield tmp
         _sync_tree(tmp)  # the bytes are on disk before the name says the folder is whole
@@ -77,7 +78,8 @@ def staged_dir(folder: str | Path) -> Iterator[Path]:
 PART = ".part-"  # in the name of a folder being written: .NAME.part-HOST-PID-RANDOM
 
 
-def _owner() -> str:
+def writer_tag() -> str:
+    """HOST-PID of this process, in the name of what it is writing (clean_partials reads it back)."""
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
@@ -114,7 +116,7 @@ def write_dir(files: Files, folder: str | Path, digest: str | None = None) -> Pa
     if folder.is_dir() and (digest is None or dir_hash(folder) == digest):
         return folder
     if folder.is_dir():
-        stale = folder.with_name(f".{folder.name}{PART}{_owner()}-stale")
+        stale = folder.with_name(f".{folder.name}{PART}{writer_tag()}-stale")
         folder.rename(stale)
         shutil.rmtree(stale, ignore_errors=True)
     with staged_dir(folder) as tmp:
@@ -129,7 +131,7 @@ def write_file(path: str | Path, text: str) -> Path:
     sees half a file. Files are named by content, so replacing one changes no bytes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{PART}{_owner()}-")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{PART}{writer_tag()}-")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
@@ -149,9 +151,9 @@ def cache_root() -> Path:
 
 
 def cached_dir(files: Files, root: str | Path | None = None) -> Path:
-    """The folder of `files` in a node-local cache, for from_pretrained. It is named by the content
-    and written whole or not at all, so a folder already there is used as it is (not re-hashed on
-    every load: the driver's work directory is where checkpoints are verified)."""
+    """The folder of `files` (bytes a caller holds) in a node-local cache, for from_pretrained. It is
+    named by the content and written whole or not at all, so a folder already there is used as it
+    is (not re-hashed on every load)."""
     root = Path(root or cache_root())
     clean_partials(root)
     return write_dir(files, root / files_hash(files)[:32])
