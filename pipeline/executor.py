@@ -23,13 +23,13 @@ from typing import Protocol
 
 from db.owners import new_owner
 from db.secrets import mask_secrets
-from pipeline.core.artifacts import is_local, local_path, resolved_root
 from pipeline.core.contracts import Stored
 from pipeline.core.files import clean_partials
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.kinds import resolve
 from pipeline.plan import Job, Plan
 from pipeline.progress import ProgressView
+from pipeline.checkpoint_store import default_store, given_store, unshared
 from pipeline.errors import UserError
 from pipeline.record import Recording, finished, intact
 from pipeline.report import plot_comparison
@@ -113,9 +113,9 @@ class Context:
 def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workdir: Path,
              connect: Callable[[], Cluster], console, checkpoints: str | None = None) -> RunSummary:
     """Run `plan`; `connect` is called only when some job has to run. `checkpoints`: the store the
-    jobs put their files in (default: `checkpoint_store`'s choice)."""
+    jobs put their files in (default: pipeline/checkpoint_store.py's choice)."""
     t0 = time.perf_counter()
-    given = _given_store(checkpoints, tracker)  # a bad one is refused before anything is read or written
+    given = given_store(checkpoints, tracker)  # a bad one is refused before anything is read or written
     ctx = Context(plan, store, tracker, Unrecorded(workdir))
     ctx.store = OwnedStore(store, ctx.owner)
     for folder in (ctx.unrecorded.checkpoints, ctx.unrecorded.root):  # what a killed run was still writing
@@ -132,14 +132,10 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
             if cl is not None else "no cluster needed"
         elsewhere = cl.elsewhere() if cl is not None else 0
         if elsewhere and not given and not tracker.is_server():
-            raise UserError(_unshared(elsewhere, "this machine's work directory"))
+            raise UserError(unshared(elsewhere, "this machine's work directory"))
         summary = _open_experiment(ctx, spec, spec_text, about)
         try:
-            ctx.checkpoints = given or checkpoint_store(tracker, ctx.parent_run, workdir)
-            if is_local(ctx.checkpoints):
-                if elsewhere and not given:  # a server that keeps artifacts in a folder of its own machine
-                    raise UserError(_unshared(elsewhere, f"the MLflow server's artifact folder {ctx.checkpoints}"))
-                clean_partials(local_path(ctx.checkpoints))
+            ctx.checkpoints = given or default_store(tracker, ctx.parent_run, workdir, elsewhere)
             reusable = _claim(ctx, reusable, console)
             summary.cached = list(reusable)
             runs: dict[str, str] = {}
@@ -156,31 +152,6 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
             cl.close()
     summary.seconds = time.perf_counter() - t0
     return summary
-
-
-def checkpoint_store(tracker: Tracker, parent_run: str, workdir: Path) -> str:
-    """Where a run's jobs store their files when the user named no store: logging to an MLflow
-    server, its artifact store (under the experiment's run, `checkpoints/`); else the work
-    directory's `checkpoints/` (the embedded default)."""
-    if tracker.is_server():
-        try:
-            return resolved_root(f"{tracker.artifact_uri(parent_run).rstrip('/')}/checkpoints", tracker.uri)
-        except ValueError as exc:
-            raise UserError(f"--mlflow: {exc}") from None
-    return str((Path(workdir) / "checkpoints").resolve())
-
-
-def _given_store(given: str | None, tracker: Tracker) -> str | None:
-    try:
-        return resolved_root(given, tracker.uri) if given else None
-    except ValueError as exc:
-        raise UserError(f"--checkpoints: {exc}") from None
-
-
-def _unshared(nodes: int, where: str) -> str:
-    return (f"--checkpoints: the cluster has {nodes} node(s) on other machines, which cannot read checkpoints in "
-            f"{where}: give a store every node reads (an s3:// or gs:// URI, a shared folder) or log to an MLflow "
-            "server that serves its artifacts (--mlflow http://...)")
 
 
 def _open_experiment(ctx: Context, spec, spec_text: str, about: str) -> RunSummary:
