@@ -48,6 +48,7 @@ class ExperimentRecord:
     pairings: tuple[Pairing, ...]  # in the order their first job finished
     tuned: tuple[dict, ...]  # `best` rows (every version) written by this experiment's select jobs
     skipped: tuple[str, ...]  # finished jobs whose stored result an older release wrote in another shape
+    job_seconds: dict[str, tuple[float, ...]] = field(default_factory=dict)  # kind -> each finished job's duration_s
 
     @property
     def ref(self) -> str:
@@ -66,8 +67,10 @@ def load_experiment(store, name: str) -> ExperimentRecord:
         raise UserError(f"EXPERIMENT: no experiment {name!r} in the database"
                         + (f" (it has: {', '.join(known)})" if known else " (it has none yet)"))
     exp = max(found, key=lambda e: (e["created_at"], e["id"]))
-    jobs, skipped = [], []
+    jobs, skipped, seconds = [], [], {}
     for job in sorted(store.experiment_results(exp["id"]), key=lambda j: (j["finished_at"] or "", j["job_hash"])):
+        if job["duration_s"] is not None:
+            seconds.setdefault(job["kind"], []).append(job["duration_s"])
         if job["kind"] not in PAIRING_KINDS:
             continue
         try:  # a result or config an older release stored in another shape is listed, not shown
@@ -84,7 +87,7 @@ def load_experiment(store, name: str) -> ExperimentRecord:
                             code_version=exp["code_version"], created_at=exp["created_at"],
                             mlflow_run_id=exp["mlflow_run_id"], job_counts=exp["job_counts"],
                             pairings=tuple(pairings), tuned=tuple(r for h, r in tuned.items() if h in select_hashes),
-                            skipped=tuple(skipped))
+                            skipped=tuple(skipped), job_seconds={k: tuple(v) for k, v in seconds.items()})
 
 
 def _pairings(jobs: list[dict], tuned: dict[str, dict]) -> list[Pairing]:

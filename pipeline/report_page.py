@@ -132,6 +132,14 @@ def experiment_page(record, folder: Path) -> Page:
             page.table(tab.hf_table(with_hf))
     _drift_and_conditions(page, measured)
     _categories(page, [p for p in record.pairings if p.selected and p.selected.by_category and p.measured])
+    _trees(page, record)
+    if record.job_seconds:
+        page.heading("Job times")
+        page.table(tab.job_time_table(record))
+    return page
+
+
+def _trees(page: Page, record) -> None:
     trees = [p for p in record.pairings if p.selected and p.selected.tree and p.selected.tree.tree]
     if trees:
         page.heading("Draft trees")
@@ -144,7 +152,6 @@ def experiment_page(record, folder: Path) -> Page:
             if tree_check is not None:
                 page.figure(f"{p.label}_tree_check", lambda path, p=p, t=tree_check: plot_tree_check(t, path, p.label),
                             f"{p.label}: trees through the engine")
-    return page
 
 
 def _drift_and_conditions(page: Page, measured) -> None:

@@ -181,3 +181,15 @@ def tree_table(pairings) -> Table:
                      f"{tree.over_chain:.3f}", f"{check.over_chain:.3f}" if check else ""))
     return Table("Draft trees (batch size 1)", ("pairing", "tree", "expected tokens/pass", "engine tokens/pass",
                                                 "chain", "predicted over chain", "measured over chain"), tuple(rows))
+
+
+def job_time_table(record) -> Table:
+    """What the experiment's finished jobs took, by kind, in the order the kinds first finished (a job
+    reused from an earlier run counts with the time it took then)."""
+    rows = tuple((kind, str(len(t)), f"{sum(t):.1f}", f"{sum(t) / len(t):.1f}", f"{max(t):.1f}")
+                 for kind, t in record.job_seconds.items())
+    total = [s for t in record.job_seconds.values() for s in t]
+    if total:
+        rows += (("all", str(len(total)), f"{sum(total):.1f}", f"{sum(total) / len(total):.1f}", f"{max(total):.1f}"),)
+    return Table("Time per job kind (seconds each job took where it ran)",
+                 ("kind", "jobs", "total (s)", "mean (s)", "longest (s)"), rows)

@@ -233,7 +233,8 @@ def test_report_pages_render_in_chromium_and_land_in_mlflow(first_run):
                    for i in rendered.images)
     single = pages[("e2e",)].read_text()
     for section in ("Tuned configs", "Acceptance and survival by depth", "Predicted and measured speedup by depth",
-                    "Drift diagnostics by depth", "rms by depth", "Predicted against measured speedup"):
+                    "Drift diagnostics by depth", "rms by depth", "Predicted against measured speedup",
+                    "Time per job kind"):
         assert section in single
     assert len(list(pages[("e2e",)].parent.glob("*_speedup.png"))) == 2  # one per pairing
     # logged to each experiment's own run: the newest run's page, and the comparison under the first run

@@ -257,6 +257,13 @@ def test_a_report_gives_every_pairing_its_own_choice_and_the_cost_job_it_shares(
     assert {p.jobs["profile_cost"]["job_hash"] for p in record.pairings} == \
         {j.hash for j in plan.jobs if j.kind == "profile_cost"}
     assert len(record.tuned) == 2 and record.skipped == ()
+    # every finished job's time, by kind, whether or not a report section reads its result
+    from collections import Counter
+
+    from pipeline.report_tables import job_time_table
+    assert {k: len(t) for k, t in record.job_seconds.items()} == Counter(j.kind for j in plan.jobs)
+    times = job_time_table(record)
+    assert times.rows[-1][:2] == ("all", str(len(plan.jobs))) and len(times.rows) == len(record.job_seconds) + 1
     curve = next(j for j in plan.jobs if j.kind == "measure_curve" and j.drafter == "b")
     import sqlite3
 
