@@ -39,6 +39,19 @@ def mlflow_uri(workdir: Path, uri: str | None) -> tuple[str, str | None]:
     return workdir_stores(workdir)[1:]
 
 
+def output_folder(folder: Path, option: str = "--out") -> Path:
+    """`folder`, made if missing, once a file can be written there: a folder the user cannot write to
+    fails here, in one line naming the option, before any work whose results it would hold."""
+    probe = folder / ".specfleet-write-check"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"{option}: cannot write to {folder}: {exc.strerror or exc}") from None
+    return folder
+
+
 def open_store(workdir: Path, db: str | None, retry_s: float | None = None):
     from db.store import Store, StoreError
 

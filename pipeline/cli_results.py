@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli_common import DbOpt, MlflowOpt, WorkdirOpt, err, mlflow_uri, open_store, out
+from pipeline.cli_common import DbOpt, MlflowOpt, WorkdirOpt, err, mlflow_uri, open_store, out, output_folder
 from pipeline.errors import UserError
 
 
@@ -83,7 +83,7 @@ def report(
     tracker = Tracker(*mlflow_uri(workdir, mlflow))
     if record.mlflow_run_id:
         tracker.check()  # a bad --mlflow fails before anything is drawn
-    folder.mkdir(parents=True, exist_ok=True)
+    output_folder(folder)
     page = comparison_page(record, second, folder) if second else experiment_page(record, folder)
     html = page.write(f"specfleet report: {experiment}" + (f" against {other}" if other else ""))
     out.print(f"report: {html} ({len(page.figures)} figures; tables: {folder / 'tables.md'})", soft_wrap=True)
@@ -107,6 +107,7 @@ def bench(
     HF generate, autotune against brute force, orchestration overhead, training speed. Not a test."""
     from pipeline.bench import run_bench
 
+    output_folder(folder)
     run_bench(spec=spec, workdir=workdir, out=folder, jobs=jobs, ttt_depths=(1, 2, 4, 8), train_steps=train_steps,
               log=lambda line: err.print(line, markup=False, soft_wrap=True, highlight=False))
     out.print((folder / "bench.md").read_text(), markup=False, soft_wrap=True)
@@ -125,10 +126,13 @@ def fleet_sim(
     in MLflow and the database, on the in-process executor and on Ray. Not a test."""
     import json
 
-    from pipeline.fleet_sim import fleet_spec, plot, simulate, table
+    from pipeline.fleet_sim import check_server, fleet_spec, plot, simulate, table
 
     try:
         counts = tuple(int(s) for s in sizes.split(","))
+    except ValueError:
+        raise UserError(f"--sizes: {sizes!r}; give whole numbers of pairings, comma-separated") from None
+    try:
         for n in counts:
             fleet_spec(n)
     except ValueError as exc:
@@ -137,9 +141,12 @@ def fleet_sim(
     unknown = [e for e in chosen if e not in ("local", "ray")]
     if unknown or not chosen:
         raise UserError(f"--executors: {', '.join(unknown) or executors!r}; use local, ray or both")
+    if postgres:
+        check_server(postgres)
+    output_folder(folder)
+    output_folder(workdir, "--workdir")
     rows = simulate(counts, executors=chosen, postgres=postgres, workdir=workdir,
                     log=lambda line: err.print(line, markup=False, soft_wrap=True, highlight=False))
-    folder.mkdir(parents=True, exist_ok=True)
     (folder / "fleet.json").write_text(json.dumps(rows, indent=1) + "\n")
     (folder / "fleet.md").write_text(table(rows))
     plot(rows, folder / "fleet.png")

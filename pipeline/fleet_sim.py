@@ -120,6 +120,31 @@ def _cluster(executor: str) -> Iterator[Callable]:
         cluster.close()
 
 
+def check_server(postgres: str) -> None:
+    """A UserError naming --postgres unless that server takes a connection and may create databases
+    (each PostgreSQL run gets a fresh one)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    from db.errors import one_line
+    from pipeline.errors import UserError
+
+    try:
+        engine = create_engine(postgres)
+    except (ArgumentError, ImportError, ValueError) as exc:
+        raise UserError(f"--postgres: {postgres!r} is not a database URL this install can open: {exc}") from None
+    if engine.dialect.name != "postgresql":
+        raise UserError(f"--postgres: {engine.url.render_as_string()} is {engine.dialect.name}, not PostgreSQL")
+    try:
+        with engine.connect() as conn:
+            if not conn.execute(text("SELECT rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user")).scalar():
+                raise UserError(f"--postgres: the user of {engine.url.render_as_string()} may not create databases")
+    except SQLAlchemyError as exc:
+        raise UserError(f"--postgres: cannot connect to {engine.url.render_as_string()}: {one_line(exc)}") from None
+    finally:
+        engine.dispose()
+
+
 @contextmanager
 def _database(kind: str, postgres: str | None) -> Iterator[str | None]:
     """None for the run folder's SQLite file; a new PostgreSQL database on the server `postgres`,

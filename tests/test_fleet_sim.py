@@ -52,6 +52,15 @@ def test_the_fleet_command_writes_its_table_plot_and_json(tmp_path):
     assert [(r["pairings"], r["jobs"]) for r in rows] == [(1, 4), (2, 8)]
     assert "| 2 | 8 | local | sqlite |" in (tmp_path / "out" / "fleet.md").read_text()
     assert (tmp_path / "out" / "fleet.png").stat().st_size > 10_000
-    bad = subprocess.run([sys.executable, "-m", "pipeline", "fleet-sim", "--sizes", "10,x"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 1 and "--sizes" in bad.stderr
+
+    def refused(*args: str) -> str:
+        bad = subprocess.run([sys.executable, "-m", "pipeline", "fleet-sim", "--sizes", "1", "--executors", "local",
+                              "--workdir", "w", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr, bad.stderr
+        return bad.stderr
+
+    assert "--sizes" in refused("--sizes", "10,x")
+    assert "--out: cannot write to" in refused("--out", "/proc/specfleet")
+    assert "--postgres: cannot connect to" in refused("--postgres", "postgresql+psycopg://nobody@127.0.0.1:9/x")
+    assert "not PostgreSQL" in refused("--postgres", "sqlite:///x.db")
+    assert not (tmp_path / "w").exists()  # refused before anything was made
