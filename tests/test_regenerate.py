@@ -7,12 +7,35 @@ import torch
 
 from pipeline.core import contracts as c
 from pipeline.core.settings import Eagle3DrafterSpec, StandaloneDrafterSpec, TrainingData
-from workers.features import target_pass
+from workers.features import HeadRows, target_pass
 from workers.jobs.run import run_job
 from workers.regenerate import answer_batch, load_text, question_prompts
 from workers.target_features import FeatureBatches
 
 DATA = TrainingData(tokens=3000, max_new_tokens=24, max_prompt_tokens=96, batch_size=8)
+
+
+def test_a_target_pass_computes_logits_only_over_the_rows_asked_for(tiny_target):
+    """The logits of a pass are the target's own (all ids, or a draft vocabulary's columns, in its
+    order), and a pass that is not asked for logits computes them for the last position only."""
+    target = tiny_target[0]
+    ids = torch.randint(0, target.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = target(input_ids=ids, use_cache=False).logits.float()
+    head = HeadRows(target)
+    streams, logits = target_pass(target, ids, (1, 2), head.select(None))
+    assert torch.allclose(logits, full, atol=1e-4) and [s.shape for s in streams] == [(2, 24, target.config.hidden_size)] * 2
+    vocab = torch.tensor([7, 3, 100, 11])
+    _, some = target_pass(target, ids, (1,), head.select(vocab))
+    assert torch.allclose(some, full[..., vocab], atol=1e-4)
+    assert target_pass(target, ids, (1,))[1] is None
+    seen = []
+    hook = target.lm_head.register_forward_hook(lambda m, args, out: seen.append(tuple(out.shape)))
+    try:
+        target_pass(target, ids, (1,))
+    finally:
+        hook.remove()
+    assert seen == [(2, 1, target.config.vocab_size)]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +84,7 @@ def test_stored_states_are_the_targets_and_give_its_logits(tiny_target, regenera
     ids, streams, logits, mask = batches.sample(4, 120, torch.Generator().manual_seed(0), "cpu")
     n = min(b - a for a, b in text.bounds())
     for r in range(4):  # each window starts a sample: over that sample, a target pass sees the same context
-        live_streams, live_logits = target_pass(target, ids[r: r + 1], capture)
+        live_streams, live_logits = target_pass(target, ids[r: r + 1], capture, HeadRows(target).select(None))
         for got, want in zip(streams, live_streams):
             assert torch.allclose(got[r, :n], want[0, :n], atol=2e-2, rtol=1e-2)
         assert (logits[r, :n].argmax(-1) == live_logits[0, :n].argmax(-1)).float().mean() > 0.97

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from workers.drafter import DrafterConfig, Eagle3Drafter, capture_layers, drafter_from_target
 from workers.eagle_checkpoint import save_eagle3
-from workers.features import target_pass
+from workers.features import HeadRows, target_pass
 from workers.lr_schedule import warmup_cosine_lr
 from workers.rope import rope_settings
 from workers.regenerate import training_text
@@ -92,16 +92,16 @@ class CorpusBatches:
     """Windows of a built-in corpus, with the target run on each batch for its states and logits."""
 
     def __init__(self, target, tokenizer, corpus: str, split: str, max_chars: int, capture: tuple[int, ...]):
-        self.target, self.capture = target, capture
+        self.target, self.capture, self.head = target, capture, HeadRows(target)
         self.stream = _stream(tokenizer, corpus, split, max_chars)
         self.bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else 0
         self.aligned = corpus == "chat"  # chat windows start at a sample's BOS, as the target saw them
 
     def sample(self, batch_size: int, seq_len: int, gen: torch.Generator, device, vocab=None):
-        """(ids [B, T], streams, target logits [B, T, V], loss mask or None); `vocab` is not used (the
-        target's pass computes every logit anyway)."""
+        """(ids [B, T], streams, target logits [B, T, V or len(vocab)], loss mask or None); vocab: the
+        target ids to compute logits for (a drafter's draft vocabulary), all when None."""
         ids = sample_windows(self.stream, batch_size, seq_len, self.bos, gen, self.aligned).to(device)
-        streams, logits = target_pass(self.target, ids, self.capture)
+        streams, logits = target_pass(self.target, ids, self.capture, self.head.select(vocab))
         return ids, streams, logits, None
 
 

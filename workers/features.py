@@ -8,11 +8,38 @@ import torch
 
 
 @torch.no_grad()
-def target_pass(target, input_ids: torch.Tensor, capture: tuple[int, ...]):
-    """input_ids: [B, T] -> (streams: list of [B, T, d] float32, logits: [B, T, V] float32)."""
-    out = target(input_ids=input_ids, output_hidden_states=True, use_cache=False)
+def target_pass(target, input_ids: torch.Tensor, capture: tuple[int, ...], head: "HeadRows | None" = None):
+    """input_ids: [B, T] -> (streams: list of [B, T, d] float32, logits or None).
+
+    The logits are computed only when `head` is given, and only over its rows (a draft vocabulary),
+    from the final hidden state: an 8B target's full float32 logits over a batch of 8 x 2048 tokens
+    would take 8 GB that no caller reads."""
+    out = target(input_ids=input_ids, output_hidden_states=True, use_cache=False, logits_to_keep=1)
     streams = [out.hidden_states[i].float() for i in capture]
-    return streams, out.logits.float()
+    return streams, head(out.hidden_states[-1]) if head is not None else None
+
+
+class HeadRows:
+    """The target's LM head restricted to some token ids (all of them for None), sliced once per set
+    of ids: `head(final_states)` gives float32 logits over those ids, in their order."""
+
+    def __init__(self, target):
+        self.target, self._rows = target, None  # (ids, weight, bias)
+
+    def select(self, vocab: torch.Tensor | None) -> "HeadRows":
+        if self._rows is None or self._rows[0] is not vocab:
+            head = self.target.get_output_embeddings()
+            weight, bias = head.weight, head.bias
+            if vocab is not None:
+                index = vocab.to(weight.device)
+                weight, bias = weight[index], (bias[index] if bias is not None else None)
+            self._rows = (vocab, weight, bias)
+        return self
+
+    @torch.no_grad()
+    def __call__(self, final: torch.Tensor) -> torch.Tensor:
+        _, weight, bias = self._rows
+        return torch.nn.functional.linear(final.to(weight.dtype), weight, bias).float()
 
 
 @torch.no_grad()

@@ -19,7 +19,7 @@ import safetensors.torch
 import torch
 
 from pipeline.core.artifacts import folder_of
-from workers.features import target_pass
+from workers.features import HeadRows, target_pass
 from workers.regenerate import Text
 
 FILE = "features.safetensors"
@@ -86,7 +86,7 @@ class FeatureBatches:
         self.target, self.text, self.states, self.split = target, text, states, "train"
         self.columns = [layers.index(layer) for layer in capture]
         self.final = layers.index(target.config.num_hidden_layers)
-        self._head = None  # (vocab, weight, bias): the target's head rows of the vocab asked for
+        self.head = HeadRows(target)  # the target's head rows of the vocab asked for
 
     def heldout(self) -> "FeatureBatches":
         """The same states (not a copy), serving windows of the held-out samples."""
@@ -94,16 +94,6 @@ class FeatureBatches:
         other.split = "heldout"
         return other
 
-    def _head_rows(self, vocab):
-        """The target's LM head restricted to `vocab` (all of it for None), sliced once per vocab."""
-        if self._head is None or self._head[0] is not vocab:
-            head = self.target.get_output_embeddings()
-            weight, bias = head.weight, head.bias
-            if vocab is not None:
-                index = vocab.to(weight.device)
-                weight, bias = weight[index], (bias[index] if bias is not None else None)
-            self._head = (vocab, weight, bias)
-        return self._head[1:]
 
     def sample(self, batch_size: int, seq_len: int, gen: torch.Generator, device, vocab=None):
         """(ids [B, T], streams [B, T, d] float32 each, target logits [B, T, V] float32, loss mask [B, T]).
@@ -114,7 +104,5 @@ class FeatureBatches:
         rows = self.text.scored_rows(self.split, batch_size, seq_len, gen)  # [B, T]
         states = self.states[rows].to(device=device, dtype=torch.float32)  # [B, T, L, d]
         streams = [states[:, :, c] for c in self.columns]
-        weight, bias = self._head_rows(vocab)
-        with torch.no_grad():
-            logits = torch.nn.functional.linear(states[:, :, self.final].to(weight.dtype), weight, bias).float()
+        logits = self.head.select(vocab)(states[:, :, self.final])
         return self.text.ids[rows].to(device), streams, logits, self.text.scored[rows].to(device)
