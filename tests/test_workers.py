@@ -160,8 +160,16 @@ def test_cost_profile_on_cpu(tiny_target, tiny_drafters):
 
     target, _, _ = tiny_target
     drafter, _ = tiny_drafters["pre"]
-    cost = profile_cost(target=target, drafter=drafter, family=family_of("eagle3"), context_len=32, max_depth=4,
-                        warmup=1, repeats=3, seed=0, batch_sizes=(1, 4), tree_budget=3)
+    # the target's logits per call: a batch's context is never scored whole (an 8B target's logits over
+    # 128 x 2048 tokens take 67 GB), only the new tokens of the timed passes
+    shapes = []
+    hook = target.lm_head.register_forward_hook(lambda m, args, out: shapes.append(tuple(out.shape[:2])))
+    try:
+        cost = profile_cost(target=target, drafter=drafter, family=family_of("eagle3"), context_len=32, max_depth=4,
+                            warmup=1, repeats=3, seed=0, batch_sizes=(1, 4), tree_budget=3)
+    finally:
+        hook.remove()
+    assert max(t for b, t in shapes if b == 4) == 5 and (4, 1) in shapes
     assert cost.hardware.startswith("cpu") and cost.hardware.endswith("float32")
     # trees: target passes over m = 1..5 tokens under a tree mask (the chain of 4 too) and drafter passes over
     # w = 1..3 nodes (the budget), per batch size; the tree engine at depth 0..4

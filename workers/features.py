@@ -43,13 +43,18 @@ class HeadRows:
 
 
 @torch.no_grad()
-def cached_forward_states(model, input_ids: torch.Tensor, cache=None, capture: tuple[int, ...] = ()):
-    """One forward with the KV cache. Returns (logits [B, T, V], cache, captured streams [B, T, d] each).
+def cached_forward_states(model, input_ids: torch.Tensor, cache=None, capture: tuple[int, ...] = (),
+                          last_only: bool = False):
+    """One forward with the KV cache. Returns (logits [B, T, V], cache, captured streams [B, T, d] each);
+    with last_only, the logits of the last position alone ([B, 1, V]: a prefill whose cache is what
+    is wanted, where B x T x V logits of a long batch would not fit).
 
     transformers renamed `past_key_values` to `cache` (5.x); accept both spellings.
     """
     name = _cache_kwarg(type(model))
     kwargs = {name: cache} if cache is not None else {}
+    if last_only:
+        kwargs["logits_to_keep"] = 1
     out = model(input_ids=input_ids, use_cache=True, output_hidden_states=bool(capture), **kwargs)
     new_cache = getattr(out, "cache", None) if name == "cache" else out.past_key_values
     streams = [out.hidden_states[i].float() for i in capture]
