@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.core.artifacts import is_local, local_path, resolved_root
+from pipeline.core.artifacts import check_writable, is_local, local_path, resolved_root
 from pipeline.core.files import clean_partials
 from pipeline.errors import UserError
 from pipeline.tracking import Tracker
@@ -20,6 +20,8 @@ def given_store(given: str | None, tracker: Tracker) -> str | None:
     folders that dead writers left in a folder store are removed."""
     try:
         root = resolved_root(given, tracker.uri) if given else None
+        if root is not None:
+            check_writable(root)
     except ValueError as exc:
         raise UserError(f"--checkpoints: {exc}") from None
     if root is not None and is_local(root):

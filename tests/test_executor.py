@@ -292,6 +292,11 @@ def test_nodes_on_other_machines_need_a_checkpoint_store_they_can_read(env):
     with pytest.raises(UserError, match="--checkpoints: mlflow-artifacts:/1/x needs the MLflow server"):
         run_plan(build_plan(parsed, "v1"), checkpoints="mlflow-artifacts:/1/x", **run_it)
     assert store.experiments() == []
+    # a store no job could write to is refused before anything runs, not by every training job later
+    for bad, why in (("/proc/specfleet-nowhere", "FileNotFoundError"), ("ftp://127.0.0.1:9/x", "ConnectionRefused")):
+        with pytest.raises(UserError, match=f"--checkpoints: cannot write to {bad}: {why}"):
+            run_plan(build_plan(parsed, "v1"), checkpoints=bad, **run_it)
+    assert store.experiments() == [] and mlflow_statuses(tmp_path) == []
     shared = tmp_path / "shared"  # a folder the user says every node mounts
     summary = run_plan(build_plan(parsed, "v1"), checkpoints=str(shared), **run_it)
     assert not summary.failed

@@ -17,6 +17,7 @@ MLflow is imported only for a remote store.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -105,6 +106,30 @@ def publish(folder: Path, root: str, name: str) -> Ref:
     if cached.is_dir() or not _move_into(folder, cached):
         shutil.rmtree(folder, ignore_errors=True)
     return Ref(uri, sha, sizes)
+
+
+def check_writable(root: str) -> None:
+    """A ValueError naming `root` unless a file can be written there: a folder is made if missing and
+    a probe file written and removed; a remote store gets a small probe file uploaded (under
+    `.specfleet-probe/`, removed where the backend can delete). Run before anything is trained."""
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / f"{_host()}-{os.getpid()}"
+        probe.write_text("specfleet checks it can write here\n")
+        try:
+            if is_local(root):
+                folder = local_path(root)
+                folder.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(probe, folder / f".probe-{probe.name}")
+                (folder / f".probe-{probe.name}").unlink()
+                return
+            repo = _repo(f"{root.rstrip('/')}/.specfleet-probe")
+            repo.log_artifact(str(probe))
+        except Exception as exc:  # noqa: BLE001 - any backend's failure, named with the store
+            raise ValueError(f"cannot write to {root}: {_first_line(exc)}") from None
+        try:
+            repo.delete_artifacts(probe.name)
+        except Exception:  # noqa: BLE001 - a store that cannot delete keeps a few bytes
+            pass
 
 
 def materialise(uri: str, sha256: str | None) -> Path:
