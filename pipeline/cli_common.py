@@ -42,13 +42,12 @@ def mlflow_uri(workdir: Path, uri: str | None) -> tuple[str, str | None]:
 def output_folder(folder: Path, option: str = "--out") -> Path:
     """`folder`, made if missing, once a file can be written there: a folder the user cannot write to
     fails here, in one line naming the option, before any work whose results it would hold."""
-    probe = folder / ".specfleet-write-check"
+    from pipeline.core.artifacts import check_writable
+
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UserError(f"{option}: cannot write to {folder}: {exc.strerror or exc}") from None
+        check_writable(str(folder))
+    except ValueError as exc:
+        raise UserError(f"{option}: {exc}") from None
     return folder
 
 

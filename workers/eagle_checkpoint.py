@@ -50,6 +50,8 @@ def load_eagle3(folder: str | Path, *, embedding: torch.Tensor | None, device, d
                                f"{cfg.hidden_size}, the target's embedding is {tuple(embedding.shape)}")
         state.setdefault("embed.weight", embedding.detach())
     try:
+        # not strict: a checkpoint without the frozen embedding is expected; what is missing or unexpected
+        # is checked just below
         missing, unexpected = drafter.load_state_dict(state, strict=False)
     except RuntimeError as exc:
         raise RuntimeError(f"drafter checkpoint {folder}: weights do not match config.json "

@@ -111,25 +111,25 @@ def publish(folder: Path, root: str, name: str) -> Ref:
 def check_writable(root: str) -> None:
     """A ValueError naming `root` unless a file can be written there: a folder is made if missing and
     a probe file written and removed; a remote store gets a small probe file uploaded (under
-    `.specfleet-probe/`, removed where the backend can delete). Run before anything is trained."""
-    with tempfile.TemporaryDirectory() as tmp:
-        probe = Path(tmp) / f"{_host()}-{os.getpid()}"
-        probe.write_text("specfleet checks it can write here\n")
-        try:
-            if is_local(root):
-                folder = local_path(root)
-                folder.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(probe, folder / f".probe-{probe.name}")
-                (folder / f".probe-{probe.name}").unlink()
-                return
-            repo = _repo(f"{root.rstrip('/')}/.specfleet-probe")
-            repo.log_artifact(str(probe))
-        except Exception as exc:  # noqa: BLE001 - any backend's failure, named with the store
-            raise ValueError(f"cannot write to {root}: {_first_line(exc)}") from None
-        try:
-            repo.delete_artifacts(probe.name)
-        except Exception:  # noqa: BLE001 - a store that cannot delete keeps a few bytes
-            pass
+    `.specfleet-probe/`, removed where the backend can delete). Run before any work that writes there."""
+    name = f".probe-{_host()}-{os.getpid()}"
+    try:
+        if is_local(root):
+            folder = local_path(root)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text("")
+            (folder / name).unlink()
+            return
+        repo = _repo(f"{root.rstrip('/')}/.specfleet-probe")
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / name).write_text("specfleet checks it can write here\n")
+            repo.log_artifact(str(Path(tmp) / name))
+    except Exception as exc:  # noqa: BLE001 - any backend's failure, named with the store
+        raise ValueError(f"cannot write to {root}: {_first_line(exc)}") from None
+    try:
+        repo.delete_artifacts(name)
+    except Exception:  # noqa: BLE001 - a store that cannot delete keeps a few bytes
+        pass
 
 
 def materialise(uri: str, sha256: str | None) -> Path:
