@@ -78,8 +78,7 @@ def tuned_config(target: str, drafter: str, selected, *, experiment_id: int, spe
         **({} if selected.tree is None else {
             "tree": [list(n) for n in selected.tree.tree], "tree_decode_accept_len": selected.tree.decode_accept_len,
             "tree_speedup": selected.tree.speedup, "tree_chain_speedup": selected.tree.chain_speedup,
-            "tree_all_batches": len({selected.tree.candidates[n].tree for n in selected.tree.batch_budgets.values()})
-            == 1}),
+            "tree_all_batches": selected.tree.all_batches}),
     }
 
 

@@ -192,4 +192,40 @@ def test_measure_speedup_runs_the_chosen_tree_its_neighbours_and_the_chain(tiny_
     assert trees.measured_speedup[0] == pytest.approx(trees.tokens_per_s[0] / trees.plain_tokens_per_s)
     assert all(1.0 <= a <= len(t) + 1 for a, t in zip(trees.engine_accept_len, trees.trees))
     best = max(max(trees.tokens_per_s), trees.chain_tokens_per_s)
-    assert (trees.tokens_per_s[0] >= 0.95 * best) == (not any("chosen tree" in p for p in check.problems))
+    assert (tree.served and trees.tokens_per_s[0] < 0.95 * best) == any("chosen tree" in p for p in check.problems)
+
+
+def _timed_trees(chosen_tokens_per_s: float, mismatches: int = 0) -> c.TreeCheck:
+    return c.TreeCheck(trees=(((0,),), ((0,), (0, 0))), tokens_per_s=(chosen_tokens_per_s, 30.0),
+                       engine_accept_len=(1.4, 1.6), decode_accept_len=(1.5, 1.8), predicted_speedup=(1.2, 1.3),
+                       measured_speedup=(chosen_tokens_per_s / 25.0, 1.2), plain_tokens_per_s=25.0, chain_depth=2,
+                       chain_tokens_per_s=32.0, chain_predicted_speedup=1.3, greedy_mismatches=mismatches)
+
+
+def test_a_tree_the_chain_beats_is_timed_but_not_held_to_the_bar_and_a_served_one_is():
+    """Serving runs the chain when the chain is predicted to win, so a slow unserved tree fails nothing;
+    a served tree below (1 - tolerance) of the best shape fails, and wrong output fails either way."""
+    from workers.jobs.measure_speedup import _tree_problems
+
+    slow = _timed_trees(29.0)  # 90.6% of the chain's 32 tokens/s
+    assert _tree_problems(slow, 0.05, served=False) == ()
+    assert any("reaches 90.6% of the best" in p for p in _tree_problems(slow, 0.05, served=True))
+    assert _tree_problems(_timed_trees(31.0), 0.05, served=True) == ()  # 96.9%: within the tolerance
+    assert any("decoded differently" in p for p in _tree_problems(_timed_trees(31.0, mismatches=2), 0.05, served=False))
+
+
+def test_a_tree_is_served_only_when_predicted_to_beat_the_chain_at_every_batch_size():
+    candidates = (c.TreeCandidate(tree=(), decode_accept_len=1.0, speedups=(1.0, 1.0)),
+                  c.TreeCandidate(tree=((0,),), decode_accept_len=1.5, speedups=(1.2, 1.1)),
+                  c.TreeCandidate(tree=((0,), (1,)), decode_accept_len=1.7, speedups=(1.3, 1.0)))
+
+    def choice(n: int, chain: float, budgets: dict[int, int]) -> c.TreeChoice:
+        return c.TreeChoice(tree=candidates[n].tree, decode_accept_len=candidates[n].decode_accept_len,
+                            speedup=candidates[n].speedups[0], best_point=n, chain_depth=1,
+                            chain_decode_accept_len=1.5, chain_speedup=chain, candidates=candidates,
+                            batch_budgets=budgets, chain_speedups=(chain, chain))
+
+    assert choice(2, 1.25, {1: 2, 8: 2}).served
+    assert not choice(2, 1.30, {1: 2, 8: 2}).served  # level with the chain: the chain is served
+    assert not choice(2, 1.25, {1: 2, 8: 1}).served  # batch size 8 chose a smaller tree
+    assert not choice(0, 0.90, {1: 0, 8: 0}).served  # drafts nothing

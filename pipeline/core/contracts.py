@@ -239,6 +239,17 @@ class TreeChoice(Contract):
     def over_chain(self) -> float:
         return self.speedup / self.chain_speedup
 
+    @property
+    def all_batches(self) -> bool:
+        """Whether every profiled batch size chose this same tree."""
+        return len({self.candidates[n].tree for n in self.batch_budgets.values()}) == 1
+
+    @property
+    def served(self) -> bool:
+        """Whether serving runs this tree rather than the chain: it drafts something, is predicted to
+        beat the chain, and was chosen at every batch size (what `autotune` writes a tree for)."""
+        return bool(self.tree) and self.speedup > self.chain_speedup and self.all_batches
+
 
 class Selected(Contract):
     """The depth chosen for the primary curve, and per batch size when costs were profiled so."""

@@ -3,8 +3,10 @@
 The verdict passes when the chosen depth reaches (1 - tolerance) of the best measured tokens/s,
 every depth decoded exactly what plain greedy decoding does, and the costs the choice used were
 timed on the hardware the engine ran on. With a tree chosen, the engine also runs it, the best
-trees one and two sizes either side, and the chain at its chosen depth; the chosen tree must reach
-(1 - tolerance) of the best of those and of the chain, and decode as plain greedy decoding does.
+trees one and two sizes either side, and the chain at its chosen depth; every one must decode as
+plain greedy decoding does, and a tree that serving would run (predicted to beat the chain) must
+reach (1 - tolerance) of the best of those and of the chain. A tree the chain beats is timed for
+the report but not held to that bar: the chain is what is served.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress
         check = check.model_copy(update={"hf_runs": _hf_runs(target, tokenizer, family, drafter, config)})
     if selected.tree is not None and selected.tree.tree:  # an empty tree (no drafting pays) has nothing to run
         trees = _tree_check(target, tokenizer, family.proposer(drafter), selected.tree, config)
-        problems = _tree_problems(trees, config.validation.tolerance)
+        problems = _tree_problems(trees, config.validation.tolerance, served=selected.tree.served)
         check = check.model_copy(update={"tree": trees, "problems": check.problems + problems,
                                          "passed": check.passed and not problems})
     return Validated(speedup_check=check)
@@ -61,10 +63,10 @@ def _tree_check(target, tokenizer, proposer, choice: TreeChoice, config: Measure
                      chain_predicted_speedup=choice.chain_speedup, greedy_mismatches=timed["greedy_mismatches"])
 
 
-def _tree_problems(check: TreeCheck, tolerance: float) -> tuple[str, ...]:
+def _tree_problems(check: TreeCheck, tolerance: float, *, served: bool) -> tuple[str, ...]:
     problems = []
     best = max(max(check.tokens_per_s), check.chain_tokens_per_s)
-    if check.tokens_per_s[0] < (1.0 - tolerance) * best:
+    if served and check.tokens_per_s[0] < (1.0 - tolerance) * best:
         problems.append(f"the chosen tree reaches {check.tokens_per_s[0] / best:.1%} of the best measured shape "
                         f"(the trees around it and the chain at depth {check.chain_depth})")
     if check.greedy_mismatches:
