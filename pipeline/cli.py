@@ -19,7 +19,7 @@ from rich.text import Text
 
 from db.secrets import mask_secrets
 from pipeline import cli_results
-from pipeline.cli_common import DbOpt, MlflowOpt, WorkdirOpt, db_url, err, mlflow_uri, open_store, out
+from pipeline.cli_common import DbOpt, MlflowOpt, WorkdirOpt, db_url, err, mlflow_uri, open_store, out, read_store
 from pipeline.errors import SpecError, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -172,7 +172,7 @@ def best(
     db: DbOpt = None,
 ):
     """The chosen depth and draft tree per pairing (the active tuned config), from the database."""
-    store = open_store(workdir, db)
+    store = read_store(workdir, db)
     try:
         rows = store.with_tree_checks(store.best(target=target, drafter=drafter, history=history))
         if by_category:
@@ -216,7 +216,7 @@ def speedups(
     db: DbOpt = None,
 ):
     """Predicted vs measured speedup per depth, from the engine benchmarks in the database."""
-    store = open_store(workdir, db)
+    store = read_store(workdir, db)
     try:
         rows = store.speedup_rows(target=target, drafter=drafter)
         checks = [] if as_json else _benchmarks(store, rows)
@@ -253,7 +253,7 @@ def status(
     db: DbOpt = None,
 ):
     """Experiments and their jobs (a failed job's first error line; --job for all of it)."""
-    store = open_store(workdir, db)
+    store = read_store(workdir, db)
     try:
         if job is not None:
             _show_job(store.jobs(), job)

@@ -51,6 +51,18 @@ def output_folder(folder: Path, option: str = "--out") -> Path:
     return folder
 
 
+def read_store(workdir: Path, db: str | None):
+    """The store a command that only reads opens: without --db or $SPECFLEET_DB the work directory's
+    SQLite file must already exist, so a mistyped --workdir is said rather than made into an empty
+    database."""
+    if not (db or os.environ.get("SPECFLEET_DB")):
+        path = workdir / "specfleet.db"
+        if not path.is_file():
+            raise UserError(f"--workdir: {workdir} holds no specfleet database ({path.name}); "
+                            f"`specfleet run SPEC --workdir {workdir}` makes one, or name one with --db")
+    return open_store(workdir, db)
+
+
 def open_store(workdir: Path, db: str | None, retry_s: float | None = None):
     from db.store import Store, StoreError
 

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli_common import DbOpt, MlflowOpt, WorkdirOpt, err, mlflow_uri, open_store, out, output_folder
+from pipeline.cli_common import DbOpt, MlflowOpt, WorkdirOpt, err, mlflow_uri, out, output_folder, read_store
 from pipeline.errors import UserError
 
 
@@ -25,7 +25,7 @@ def drift(
     accept_len by condition, as Markdown tables."""
     from pipeline import findings
 
-    store = open_store(workdir, db)
+    store = read_store(workdir, db)
     try:
         curves, diags = findings.experiment_rows(store, experiment)
     finally:
@@ -72,7 +72,7 @@ def report(
     from pipeline.report_page import comparison_page, experiment_page, slug
     from pipeline.tracking import Tracker
 
-    store = open_store(workdir, db)
+    store = read_store(workdir, db)
     try:
         record = load_experiment(store, experiment)
         second = load_experiment(store, other) if other is not None else None
