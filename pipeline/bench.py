@@ -73,9 +73,9 @@ def _run_experiment(spec: Path, workdir: Path, log) -> float:
     t0 = time.perf_counter()
     log(f"bench: specfleet run {spec} --workdir {workdir}")
     env = {k: v for k, v in os.environ.items() if k not in ("SPECFLEET_DB", "MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
-    db, mlflow, _ = workdir_stores(workdir)  # the bench's own stores, never $SPECFLEET_DB or a shared MLflow
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(spec), "--workdir", str(workdir),
-                             "--db", db, "--mlflow", mlflow],
+    # the bench's own stores in its work directory (MLflow's artifacts included), never $SPECFLEET_DB or a
+    # shared MLflow: both variables are left out above, so `run` takes the work directory's defaults
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(spec), "--workdir", str(workdir)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**env, "COLUMNS": "160"})
     tail: list[str] = []
     for line in proc.stdout:

@@ -1,6 +1,8 @@
 """The pieces `specfleet bench` builds on (the bench itself is run by hand, not here): the target-pass
-counter and the table of ratios."""
+counter, the table of ratios, and its `specfleet run` keeping every store in its work directory."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 
@@ -56,3 +58,18 @@ def test_the_bench_table_divides_what_it_says():
     assert "+20.0 ms (2x the job's time)" in {row[3] for row in ratios.rows}
     assert training.rows == (("1", "1000 (40%)", "1600 (0%)", "1.6x"),)
     assert "| 1 | 1000 (40%) | 1600 (0%) | 1.6x |" in training.markdown()
+
+
+def test_the_bench_run_keeps_every_store_in_its_work_directory(tmp_path, monkeypatch):
+    """MLflow's artifacts too: nothing lands in the folder the bench was started from (./mlruns)."""
+    import yaml
+    from test_driver_memory import TINY, _spec
+
+    from pipeline.bench import _run_experiment
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'shared-mlflow.db'}")  # a user's own: not used
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(_spec("tinybench", TINY)))
+    _run_experiment(Path("tiny.yaml"), Path("wd"), lambda line: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml", "wd"]
+    assert any((tmp_path / "wd" / "mlflow-artifacts").rglob("worker.log"))
