@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pipeline import engines
 from pipeline.core.artifacts import materialise
+from pipeline.core.contracts import serves_tree
 from pipeline.core.files import write_file
 from pipeline.core.schedule import check_schedule
 from pipeline.core.sources import looks_like_path
@@ -35,9 +36,9 @@ def schedule_of(row: dict) -> list[tuple[int, int, int]]:
 
 def tree_of(row: dict):
     """The row's draft tree when it is predicted to beat the chain it was compared with, else None."""
-    tree, speedup, chain = row.get("tree"), row.get("tree_speedup"), row.get("tree_chain_speedup")
-    if not tree or speedup is None or not chain or speedup <= chain or not row.get("tree_all_batches"):
-        return None  # no tree, one the chain beats, or one chosen at batch size 1 only (larger batches chose smaller)
+    tree = row.get("tree")
+    if not serves_tree(tree, row.get("tree_speedup"), row.get("tree_chain_speedup"), row.get("tree_all_batches")):
+        return None
     return [tuple(n) for n in tree]
 
 

@@ -20,10 +20,15 @@ DbOpt = Annotated[Optional[str], typer.Option("--db", help="Database URL (defaul
 MlflowOpt = Annotated[Optional[str], typer.Option("--mlflow", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or SQLite in the workdir).")]
 
 
+def workdir_db(workdir: Path) -> Path:
+    """The embedded default database's SQLite file in the work directory."""
+    return workdir / "specfleet.db"
+
+
 def workdir_stores(workdir: Path) -> tuple[str, str, str]:
     """(database URL, MLflow tracking URI, MLflow artifact root) of the embedded default: SQLite files
     and a folder in the work directory."""
-    return (f"sqlite:///{(workdir / 'specfleet.db').resolve()}", f"sqlite:///{(workdir / 'mlflow.db').resolve()}",
+    return (f"sqlite:///{workdir_db(workdir).resolve()}", f"sqlite:///{(workdir / 'mlflow.db').resolve()}",
             str(workdir / "mlflow-artifacts"))
 
 
@@ -55,11 +60,10 @@ def read_store(workdir: Path, db: str | None):
     """The store a command that only reads opens: without --db or $SPECFLEET_DB the work directory's
     SQLite file must already exist, so a mistyped --workdir is said rather than made into an empty
     database."""
-    if not (db or os.environ.get("SPECFLEET_DB")):
-        path = workdir / "specfleet.db"
-        if not path.is_file():
-            raise UserError(f"--workdir: {workdir} holds no specfleet database ({path.name}); "
-                            f"`specfleet run SPEC --workdir {workdir}` makes one, or name one with --db")
+    path = workdir_db(workdir)
+    if db_url(workdir, db) == workdir_stores(workdir)[0] and not path.is_file():
+        raise UserError(f"--workdir: {workdir} holds no specfleet database ({path.name}); "
+                        f"`specfleet run SPEC --workdir {workdir}` makes one, or name one with --db")
     return open_store(workdir, db)
 
 

@@ -246,9 +246,15 @@ class TreeChoice(Contract):
 
     @property
     def served(self) -> bool:
-        """Whether serving runs this tree rather than the chain: it drafts something, is predicted to
-        beat the chain, and was chosen at every batch size (what `autotune` writes a tree for)."""
-        return bool(self.tree) and self.speedup > self.chain_speedup and self.all_batches
+        return serves_tree(self.tree, self.speedup, self.chain_speedup, self.all_batches)
+
+
+def serves_tree(tree, speedup: float | None, chain_speedup: float | None, all_batches: bool | None) -> bool:
+    """Whether serving runs a chosen tree rather than the chain: it drafts something, is predicted to
+    beat the chain, and was chosen at every profiled batch size (a tree chosen at batch size 1 only
+    gives way to the smaller ones larger batches chose). `autotune` writes a tree only then, and the
+    validation holds a tree to its bar only then."""
+    return bool(tree) and speedup is not None and bool(chain_speedup) and speedup > chain_speedup and bool(all_batches)
 
 
 class Selected(Contract):
