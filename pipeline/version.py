@@ -2,18 +2,35 @@
 
 Each job hashes only the source it runs: the modules its kind's registry entry names
 (pipeline/core/kinds.py; a drafter-training job adds its family's trainer), followed through
-every import of this project's packages, in any
-form (`import a.b`, `from a import b`, `from a.b import c`, relative imports, imports inside
-functions), with the `__init__` of every package on the way. Functions the registry names as
-"module:function" strings are not followed: a kind lists the modules it runs that way.
+every import of this project's packages, in any form (`import a.b`, `from a import b`,
+`from a.b import c`, relative imports, imports inside functions), with the `__init__` of every
+package on the way. Functions the registry names as "module:function" strings are not
+followed: a kind lists the modules it runs that way.
+
+What is hashed is code, not prose or places:
+
+- each module's syntax tree, without docstrings, bare string statements and comments (which the
+  tree never holds), and without line numbers, so fixing a comment or re-wrapping a line
+  re-runs nothing;
+- modules are found by module name, and each one counts by its content, never by its name or
+  path: every import of a project module is replaced by that module's own content digest, and
+  a "module:function" string by a placeholder (its kind's `code` covers what it names). Moving
+  a module to another package and fixing its imports re-runs nothing; making an import point at
+  a different module re-runs its users;
+- a module whose tree is empty once its docstring is gone (a package's `__init__`) runs nothing
+  and counts for nothing, so adding a package level re-runs nothing.
+
 Changing how drafters are trained then leaves trained targets reusable, while any change to
-code a job runs re-runs it.
+code a job runs re-runs it. (Cf. Hamilton's `hash_source_code`, which strips docstrings and
+comments the same way for its cache keys.)
 """
 from __future__ import annotations
 
 import ast
 import hashlib
+import re
 import sys
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -23,6 +40,8 @@ from pipeline.core.kinds import DRAFTER_TRAINERS, KINDS
 _ROOT = Path(__file__).resolve().parent.parent
 _PACKAGES = ("workers", "pipeline", "db")
 _LIBRARIES = ("torch", "transformers", "tokenizers")
+# a string that may name a project module, with an optional ":attribute" (the registry's form)
+_MODULE_STRING = re.compile(r"^(?P<module>[A-Za-z_][\w.]*)(?::(?P<attr>[\w.]+))?$")
 
 
 def module_file(name: str, root: Path = _ROOT) -> Path | None:
@@ -41,19 +60,28 @@ def _module_name(path: Path, root: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute module an ImportFrom reads from (relative: `level - 1` packages up)."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    parts = (module if is_package else module.rpartition(".")[0]).split(".")
+    return ".".join(parts[: len(parts) - (node.level - 1)] + ([base] if base else []))
+
+
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imported_names(path: Path, root: Path) -> set[str]:
     """Every module name `path` may import: for `from a import b`, both `a` and `a.b`."""
     module = _module_name(path, root)
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_parse(path)):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: from the package, `level - 1` packages up
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - (node.level - 1)] + ([base] if base else []))
+            base = _absolute(node, module, path.name == "__init__.py")
             names.add(base)
             names.update(f"{base}.{a.name}" for a in node.names)
     return names
@@ -78,16 +106,85 @@ def source_closure(modules: tuple[str, ...], root: Path = _ROOT) -> list[Path]:
     return sorted(seen)
 
 
+class _Canonical(ast.NodeTransformer):
+    """A module's tree as code only: prose dropped, project modules named by `ref(module)`."""
+
+    def __init__(self, module: str, is_package: bool, root: Path, ref: Callable[[str], str]):
+        self.module, self.is_package, self.root, self.ref = module, is_package, root, ref
+
+    def _project(self, name: str) -> bool:
+        return module_file(name, self.root) is not None
+
+    def visit_Expr(self, node: ast.Expr):
+        # a bare string statement (a docstring, or prose between statements) does nothing
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return None
+        return self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import):
+        out = []
+        for a in node.names:
+            if self._project(a.name):  # `import a.b` binds `a`; `import a.b as c` binds `c`
+                out.append(ast.Import(names=[ast.alias(self.ref(a.name), a.asname or a.name.split(".")[0])]))
+            else:
+                out.append(ast.Import(names=[a]))
+        return out
+
+    def visit_ImportFrom(self, node: ast.ImportFrom):
+        base = _absolute(node, self.module, self.is_package)
+        out = []
+        for a in node.names:
+            bound = a.asname or a.name
+            if self._project(f"{base}.{a.name}"):  # `from a import b`, b a module
+                out.append(ast.Import(names=[ast.alias(self.ref(f"{base}.{a.name}"), bound)]))
+            elif self._project(base):  # `from a import name`, name defined in a
+                out.append(ast.ImportFrom(self.ref(base), [ast.alias(a.name, bound)], 0))
+            else:
+                out.append(ast.ImportFrom(base, [ast.alias(a.name, bound)], 0))
+        return out
+
+    def visit_Constant(self, node: ast.Constant):
+        # a "module:function" string (the job registry's form) names code the kind lists in its
+        # own `code`, which covers that code's content; the name itself is a place, not code
+        if isinstance(node.value, str) and (m := _MODULE_STRING.match(node.value)) \
+                and "." in m["module"] and self._project(m["module"]):
+            return ast.Constant("@module" + (f":{m['attr']}" if m["attr"] else ""))
+        return node
+
+
+def _digest(path: Path, root: Path, ref: Callable[[str], str]) -> str | None:
+    """sha256 of the module's code with project modules named by `ref`; None when it runs nothing."""
+    tree = _Canonical(_module_name(path, root), path.name == "__init__.py", root, ref).visit(_parse(path))
+    if not tree.body:
+        return None
+    return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()
+
+
+def module_digests(paths: list[Path], root: Path = _ROOT) -> dict[Path, str | None]:
+    """Each module's content digest: its code, with every project module it names replaced by
+    that module's own digest taken with names blanked (so no cycle of imports is followed)."""
+    local: dict[str, str] = {}
+
+    def local_ref(name: str) -> str:
+        if name not in local:
+            path = module_file(name, root)
+            local[name] = "@" + (_digest(path, root, lambda _: "@") or "empty")
+        return local[name]
+
+    return {p: _digest(p, root, local_ref) for p in paths}
+
+
 def source_version(modules: tuple[str, ...] | None = None, root: Path = _ROOT) -> str:
-    """'<package version>+<12 hex>' over the source `modules` run (a job's, from its kind's
+    """'<package version>+<12 hex>' over the code `modules` run (a job's, from its kind's
     `code_of(config)`; the whole code base when None) under `root`, and the libraries that
     shape results."""
     if modules is None:
         modules = (*(m for k in KINDS.values() for m in k.code),
                    *(path.partition(":")[0] for path in DRAFTER_TRAINERS.values()))
+    digests = module_digests(source_closure(modules, root), root)
     h = hashlib.sha256()
-    for f in source_closure(modules, root):
-        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
+    for d in sorted(d for d in digests.values() if d is not None):
+        h.update(d.encode() + b"\0")
     h.update(f"python{sys.version_info[0]}.{sys.version_info[1]}".encode())  # the built-in corpora
     for lib in _LIBRARIES:
         h.update(f"{lib}=={_installed(lib)}".encode())
