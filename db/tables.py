@@ -32,7 +32,7 @@ JOB_STATUSES = ("pending", "running", "done", "failed")
 TUNED_SOURCES = ("offline", "production")
 # How a depth choice costed a target pass: timed engine iterations, or Leviathan's k c + 1.
 COST_MODELS = ("timed", "leviathan")
-# At temperature > 0, how drafts were drawn and verified (workers/sampling.py).
+# At temperature > 0, how drafts were drawn and verified (workers/decoding/sampling.py).
 DRAFT_SAMPLING = ("sampled", "greedy")
 
 NAME_LEN = 255  # model ids and local paths, experiment and job names, hardware descriptions

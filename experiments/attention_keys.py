@@ -16,13 +16,13 @@ from collections import Counter
 
 import torch
 
-from workers.chains import draft_all_chains
-from workers.diagnostics import sink_keys
-from workers.eagle_checkpoint import load_eagle3
-from workers.features import target_pass
-from workers.measure import continue_text
-from workers.models import load_model
-from workers.prompts import build_prompts
+from workers.drafters.eagle3.chains import draft_all_chains
+from workers.measure.diagnostics import sink_keys
+from workers.drafters.eagle3.checkpoint import load_eagle3
+from workers.models.features import target_pass
+from workers.measure.curves import continue_text
+from workers.models.loading import load_model
+from workers.data.prompts import build_prompts
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
 """`python -m pipeline` is the `specfleet` command."""
-from pipeline.cli import main
+from pipeline.cli.main import main
 
 main()

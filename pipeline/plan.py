@@ -56,7 +56,7 @@ def build_plan(spec: ExperimentSpec, code_version: Callable[[tuple[str, ...] | N
                worker: c.WorkerEnv | None = None) -> Plan:
     """code_version: a function of the modules a job runs (None: the whole code base), or one
     string for every job. worker: what a worker placed like the timing jobs reports
-    (pipeline/probe.py), part of their identity; None leaves it out."""
+    (pipeline/run/probe.py), part of their identity; None leaves it out."""
     version = code_version if callable(code_version) else (lambda modules=None: code_version)
     jobs: dict[str, Job] = {}
 

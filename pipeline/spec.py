@@ -20,7 +20,7 @@ from pipeline.core.settings import (
     Validation,
 )
 from pipeline.errors import SpecError
-from pipeline.runtime_env import RuntimeEnv
+from pipeline.run.runtime_env import RuntimeEnv
 from pipeline.yaml_lines import duplicate_keys, line_of
 
 
@@ -39,7 +39,7 @@ class ExperimentSpec(Strict):
     validation: Validation | None = None
     training_data: TrainingData = TrainingData()
     resources: dict[Literal[JOB_KINDS], Resources] = Field(default_factory=_default_resources)
-    runtime_env: RuntimeEnv | None = None  # what Ray gives the worker processes (pipeline/runtime_env.py)
+    runtime_env: RuntimeEnv | None = None  # what Ray gives the worker processes (pipeline/run/runtime_env.py)
 
     @field_validator("runtime_env")
     @classmethod

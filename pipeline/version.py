@@ -35,7 +35,8 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-from pipeline.core.kinds import DRAFTER_TRAINERS, KINDS
+from pipeline.core.kinds import KINDS
+from workers.drafters.registry import FAMILIES
 
 _ROOT = Path(__file__).resolve().parent.parent
 _PACKAGES = ("workers", "pipeline", "db")
@@ -45,7 +46,7 @@ _MODULE_STRING = re.compile(r"^(?P<module>[A-Za-z_][\w.]*)(?::(?P<attr>[\w.]+))?
 
 
 def module_file(name: str, root: Path = _ROOT) -> Path | None:
-    """The source file of a project module or package ('workers.measure' -> workers/measure.py)."""
+    """The source file of a project module or package ('workers.measure.curves' -> workers/measure/curves.py)."""
     if name.split(".")[0] not in _PACKAGES:
         return None
     base = root / name.replace(".", "/")
@@ -180,7 +181,7 @@ def source_version(modules: tuple[str, ...] | None = None, root: Path = _ROOT) -
     shape results."""
     if modules is None:
         modules = (*(m for k in KINDS.values() for m in k.code),
-                   *(path.partition(":")[0] for path in DRAFTER_TRAINERS.values()))
+                   *(m for f in FAMILIES.values() for m in (f.trainer_module, f.family_module)))
     digests = module_digests(source_closure(modules, root), root)
     h = hashlib.sha256()
     for d in sorted(d for d in digests.values() if d is not None):

@@ -27,8 +27,8 @@ def tiny_target():
 
     from pipeline.core.files import cached_dir
     from pipeline.core.settings import BuiltinTarget
-    from workers.models import load_model
-    from workers.target import train_builtin_target
+    from workers.models.loading import load_model
+    from workers.models.target import train_builtin_target
 
     torch.set_num_threads(2)
     files, _ = train_builtin_target(builtin=BuiltinTarget(**TINY_TARGET), seed=0)
@@ -43,8 +43,8 @@ def tiny_drafters(tiny_target):
 
     from pipeline.core.files import cached_dir
     from pipeline.core.settings import Eagle3DrafterSpec
-    from workers.eagle_checkpoint import load_eagle3
-    from workers.eagle_train import train_eagle3
+    from workers.drafters.eagle3.checkpoint import load_eagle3
+    from workers.drafters.eagle3.train import train_eagle3
 
     target, tokenizer, _ = tiny_target
     out = {}

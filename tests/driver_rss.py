@@ -6,7 +6,7 @@ import resource
 import sys
 from pathlib import Path
 
-from pipeline.cli import app
+from pipeline.cli.main import app
 
 if __name__ == "__main__":
     code = 0

@@ -33,11 +33,11 @@ from test_executor import SPEC, answer  # noqa: E402
 from db.errors import StoreError  # noqa: E402
 from db.store import Store  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
-from pipeline.executor import run_plan  # noqa: E402
-from pipeline.local import LocalCluster  # noqa: E402
+from pipeline.run.executor import run_plan  # noqa: E402
+from pipeline.run.local_cluster import LocalCluster  # noqa: E402
 from pipeline.plan import build_plan  # noqa: E402
 from pipeline.spec import parse_spec  # noqa: E402
-from pipeline.tracking import Tracker  # noqa: E402
+from pipeline.run.tracking import Tracker  # noqa: E402
 
 
 def main() -> None:

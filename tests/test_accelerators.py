@@ -7,10 +7,10 @@ import yaml
 
 from pipeline.core.contracts import WorkerEnv
 from pipeline.errors import ResourceError, SpecError
-from pipeline.resources import fit_on_nodes
+from pipeline.run.resources import fit_on_nodes
 from pipeline.plan import build_plan
 from pipeline.spec import parse_spec
-from workers.environment import gpus_here
+from workers.runtime.environment import gpus_here
 
 NODES = [{"CPU": 16.0, "GPU": 8.0, "accelerator_type:H100": 1.0}, {"CPU": 8.0, "GPU": 4.0, "accelerator_type:L4": 1.0}]
 
@@ -78,8 +78,8 @@ def test_a_timing_job_that_lands_on_another_kind_of_worker_refuses_to_run():
 
 
 def test_the_local_probe_is_this_machine_and_refuses_gpus_it_does_not_have():
-    from pipeline.probe import probe_worker
-    from workers.environment import worker_env
+    from pipeline.run.probe import probe_worker
+    from workers.runtime.environment import worker_env
 
     here = probe_worker(parse_spec(_spec(None).replace("num_gpus: 1", "num_gpus: 0")))
     assert here == worker_env(0) and here.device.startswith("cpu ") and here.cuda == "none"
@@ -96,9 +96,9 @@ def test_a_rerun_on_another_worker_times_again_and_reuses_everything_else(tmp_pa
     from test_executor import SPEC, answer
 
     from db.store import Store
-    from pipeline.executor import run_plan
-    from pipeline.local import LocalCluster
-    from pipeline.tracking import Tracker
+    from pipeline.run.executor import run_plan
+    from pipeline.run.local_cluster import LocalCluster
+    from pipeline.run.tracking import Tracker
 
     spec = parse_spec(yaml.safe_dump(SPEC))
     store = Store(f"sqlite:///{tmp_path / 'specfleet.db'}")

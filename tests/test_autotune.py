@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.autotune import drafter_path, pick_version, render, schedule_of
+from pipeline.autotune.tuning import drafter_path, pick_version, render, schedule_of
 from pipeline.errors import UserError
 
 SCHEDULE = [(1, 8, 4), (9, 32, 2), (33, 256, 0)]
@@ -156,7 +156,7 @@ def test_post_norm_drafter_is_not_exported_silently(tmp_path, tiny_drafters):
 
 def test_production_metrics_become_the_active_version(tmp_path):
     from db.store import Store
-    from pipeline.autotune import from_metrics
+    from pipeline.autotune.tuning import from_metrics
     from test_prod_metrics import MODEL, exposition
 
     store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
@@ -179,7 +179,7 @@ def test_production_metrics_become_the_active_version(tmp_path):
 def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
     """Without --cost-ratio the production choice uses the cost model the offline choice used."""
     from db.store import Store
-    from pipeline.autotune import from_metrics
+    from pipeline.autotune.tuning import from_metrics
     from pipeline.core.contracts import Profiled
     from pipeline.core.types import CostProfile
     from test_prod_metrics import MODEL, exposition
@@ -221,7 +221,7 @@ def test_production_retune_rederives_the_batch_schedule_and_autotune_takes_the_n
     """A re-tune keeps a depth per batch size (from the offline batch-size costs), and afterwards
     `autotune --target --drafter` takes the newest active version unless --condition says otherwise."""
     from db.store import Store
-    from pipeline.autotune import from_metrics
+    from pipeline.autotune.tuning import from_metrics
     from pipeline.core.contracts import Profiled
     from pipeline.core.types import CostProfile
     from test_prod_metrics import MODEL, exposition
@@ -339,7 +339,7 @@ def test_transformers_settings_make_hf_assisted_generation_draft_the_tuned_depth
 
 
 def test_vllm_draws_drafts_as_the_stored_curve_did():
-    from pipeline.autotune import sampling_of
+    from pipeline.autotune.tuning import sampling_of
 
     row = {"depth": 3, "schedule": None, "temperature": 0.7, "draft_sampling": "sampled"}
     sampled = render("vllm", schedule_of(row), model="/d", method="eagle3", draft_sampling=sampling_of(row))
@@ -354,7 +354,7 @@ def test_vllm_draws_drafts_as_the_stored_curve_did():
 
 
 def test_autotune_writes_the_tree_only_where_it_is_predicted_to_beat_the_chain(tmp_path):
-    from pipeline import autotune as tune
+    from pipeline.autotune import tuning as tune
 
     row = {"depth": 2, "tree": [[0], [1], [0, 0]], "tree_speedup": 1.3, "tree_chain_speedup": 1.2,
            "tree_all_batches": True}

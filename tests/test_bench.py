@@ -6,8 +6,9 @@ from pathlib import Path
 
 import torch
 
-from workers.bench import target_passes
-from workers.engine import EagleProposer, generate
+from workers.measure.bench import target_passes
+from workers.decoding.chain import generate
+from workers.drafters.eagle3.proposer import EagleProposer
 
 
 def test_the_pass_counter_sees_every_target_pass_of_the_engine_and_nothing_of_the_drafter(tiny_target, tiny_drafters):
@@ -28,7 +29,7 @@ def test_the_pass_counter_sees_every_target_pass_of_the_engine_and_nothing_of_th
 
 
 def test_the_bench_table_divides_what_it_says():
-    from pipeline.bench_table import bench_tables
+    from pipeline.bench.table import bench_tables
 
     results = {
         "machine": {"cpus": 2, "processor": "x86_64", "torch": "2.x"}, "seconds": 600.0,
@@ -65,7 +66,7 @@ def test_the_bench_run_keeps_every_store_in_its_work_directory(tmp_path, monkeyp
     import yaml
     from test_driver_memory import TINY, _spec
 
-    from pipeline.bench import _run_experiment
+    from pipeline.bench.suite import _run_experiment
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'shared-mlflow.db'}")  # a user's own: not used

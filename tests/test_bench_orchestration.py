@@ -2,7 +2,7 @@
 
 Only the direct loop and the in-process executor run here: starting a local Ray cluster takes
 20 s and more on a small machine, beyond this test's budget (the Ray mode is run by hand, with
-`python -c` on pipeline.bench_orchestration, and by whoever calls the benchmark).
+`python -c` on pipeline.bench.orchestration, and by whoever calls the benchmark).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from test_executor import COST, CURVE
 
 import pipeline.core.select
 from db.store import Store
-from pipeline.bench_orchestration import orchestration_bench
+from pipeline.bench.orchestration import orchestration_bench
 from pipeline.core import contracts as c
 
 JOBS = 6

@@ -13,7 +13,7 @@ READERS = [["best"], ["speedups"], ["status"], ["drift", "--experiment", "quicks
 
 @pytest.mark.parametrize("command", READERS, ids=[c[0] for c in READERS])
 def test_a_read_command_on_a_work_directory_without_a_database_says_so_and_makes_nothing(tmp_path, command):
-    from pipeline.cli_common import read_store
+    from pipeline.cli.common import read_store
     from pipeline.errors import UserError
 
     missing = tmp_path / "typo"
@@ -32,7 +32,7 @@ def test_a_read_command_on_a_work_directory_without_a_database_says_so_and_makes
 def test_a_named_database_is_read_without_a_work_directory(tmp_path):
     """--db names the store: the work directory then need not hold one."""
     from db.store import Store
-    from pipeline.cli_common import read_store
+    from pipeline.cli.common import read_store
 
     url = f"sqlite:///{tmp_path / 'elsewhere.db'}"
     Store(url).close()  # a database made by a run elsewhere

@@ -6,9 +6,9 @@ import torch
 
 from pipeline.core.contracts import TargetRef, TrainTargetConfig
 from pipeline.core.settings import CostTiming, Eagle3DrafterSpec, Evaluation, StandaloneDrafterSpec
-from workers.chat import ASSISTANT, END, SYSTEM, USER, render, samples
+from workers.data.chat import ASSISTANT, END, SYSTEM, USER, render, samples
 from workers.jobs.run import run_job
-from workers.prompts import build_prompts
+from workers.data.prompts import build_prompts
 
 CHAT_TARGET = TrainTargetConfig(
     builtin={"layers": 4, "hidden_size": 64, "heads": 4, "intermediate_size": 128, "vocab_size": 400,
@@ -47,7 +47,7 @@ def test_chat_samples_are_split_and_templated():
 
 def test_prompt_formats(chat_target):
     from pipeline.core.files import cached_dir
-    from workers.models import load_model
+    from workers.models.loading import load_model
 
     _, tok = load_model(folder=cached_dir(chat_target.files), device=torch.device("cpu"), dtype=torch.float32)
     chat_ids = {tok.convert_tokens_to_ids(t) for t in (SYSTEM, USER, ASSISTANT)}
@@ -107,8 +107,8 @@ def test_standalone_drafter_trains_measures_and_profiles(chat_target):
 def test_batched_standalone_chains_equal_the_engine_proposer():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from workers.engine import ModelProposer
-    from workers.chains import draft_chains_with_model
+    from workers.drafters.standalone.proposer import ModelProposer
+    from workers.drafters.standalone.chains import draft_chains_with_model
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -128,7 +128,7 @@ def test_batched_standalone_chains_equal_the_engine_proposer():
 
 
 def engine_drafts(model, seq, c):
-    from workers.engine import ModelProposer
+    from workers.drafters.standalone.proposer import ModelProposer
 
     proposer = ModelProposer(model)
     proposer.start(seq[0, : c + 2].tolist())
@@ -137,7 +137,7 @@ def engine_drafts(model, seq, c):
 
 def test_the_sink_is_where_the_target_parks_its_attention():
     """Keys whose target state carries a massive activation are the sink; key 0 on a target with none."""
-    from workers.diagnostics import sink_keys
+    from workers.measure.diagnostics import sink_keys
 
     gen = torch.Generator().manual_seed(0)
     calm = [torch.randn(1, 12, 16, generator=gen) for _ in range(3)]

@@ -12,10 +12,10 @@ import torch
 from transformers import LlamaConfig
 
 from test_gqa import _gqa_llama
-from workers.drafter import drafter_from_target
-from workers.eagle_layouts import CheckpointError, import_checkpoint
-from workers.eagle_train import drafter_config_for
-from workers.export import export_speculators
+from workers.drafters.eagle3.model import drafter_from_target
+from workers.drafters.eagle3.layouts import CheckpointError, import_checkpoint
+from workers.drafters.eagle3.train import drafter_config_for
+from workers.drafters.eagle3.export import export_speculators
 
 LAYER_NAMES = {  # specfleet's name -> the name both EAGLE's and SpecForge's Llama layer use
     "q_proj.weight": "self_attn.q_proj.weight", "k_proj.weight": "self_attn.k_proj.weight",

@@ -320,7 +320,7 @@ def test_a_worker_killed_mid_job_is_retried_by_ray_and_its_job_recorded_once(fir
 def test_the_runtime_env_reaches_every_worker(ray_cluster):
     import ray
 
-    from pipeline.cluster import autoscaler_node_types, connect
+    from pipeline.run.ray_cluster import autoscaler_node_types, connect
 
     connect(ray_cluster, {"env_vars": {"HF_TOKEN": "hf_fromTheDriver"}})
     try:

@@ -8,11 +8,13 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-import workers.engine as engine
-from workers.drafter import drafter_from_target
-from workers.engine import EagleProposer, ModelProposer, accept_drafts, generate
-from workers.eagle_train import drafter_config_for
-from workers.sampling import one_hot_q
+import workers.decoding.chain as engine
+from workers.drafters.eagle3.model import drafter_from_target
+from workers.decoding.chain import accept_drafts, generate
+from workers.drafters.eagle3.proposer import EagleProposer
+from workers.drafters.standalone.proposer import ModelProposer
+from workers.drafters.eagle3.train import drafter_config_for
+from workers.decoding.sampling import one_hot_q
 
 V = 12  # a small vocabulary, so exact target distributions can be enumerated
 

@@ -10,7 +10,7 @@ import pytest
 from pipeline.core.schedule import check_schedule, schedule_from_choices
 import engine_semantics as engine
 from pipeline.core.trees import shape
-from pipeline.engines import EngineVersionError, emit
+from pipeline.autotune.engines.registry import EngineVersionError, emit
 
 FALLING = {1: 5, 8: 5, 16: 4, 32: 3, 64: 1, 128: 0}
 

@@ -16,11 +16,11 @@ from pipeline.core import contracts as c
 from pipeline.core.select import run as select_depth
 from pipeline.core.types import CostProfile, Curve
 from pipeline.errors import ResourceError, UserError
-from pipeline.executor import run_plan
-from pipeline.local import LocalCluster
+from pipeline.run.executor import run_plan
+from pipeline.run.local_cluster import LocalCluster
 from pipeline.plan import build_plan
 from pipeline.spec import parse_spec
-from pipeline.tracking import Tracker
+from pipeline.run.tracking import Tracker
 
 SPEC = {
     "name": "inproc", "targets": [{"name": "t", "builtin": {"layers": 4, "hidden_size": 64, "heads": 4}}],
@@ -208,7 +208,7 @@ def test_a_failure_before_any_job_runs_ends_the_experiment_failed(env, monkeypat
     def refused(self, value):
         raise OSError("object store full")
 
-    monkeypatch.setattr("pipeline.local.LocalCluster.put", refused)
+    monkeypatch.setattr("pipeline.run.local_cluster.LocalCluster.put", refused)
     with pytest.raises(OSError, match="object store full"):
         run(env, answer)
     jobs = statuses(store)
@@ -245,7 +245,7 @@ def test_a_report_gives_every_pairing_its_own_choice_and_the_cost_job_it_shares(
     """Two drafters alike but for their names share one profile_cost job (its config leaves the names
     out, so it carries the first pairing's): each pairing still gets its curve, the shared costs and its
     choice; a result an older release stored in another shape is listed, not a crash."""
-    from pipeline.report_data import load_experiment
+    from pipeline.report.data import load_experiment
 
     tmp_path, store, _ = env
     twins = dict(SPEC, name="twins", drafters=[{"name": "a", "kind": "eagle3"}, {"name": "b", "kind": "eagle3"}])
@@ -260,7 +260,7 @@ def test_a_report_gives_every_pairing_its_own_choice_and_the_cost_job_it_shares(
     # every finished job's time, by kind, whether or not a report section reads its result
     from collections import Counter
 
-    from pipeline.report_tables import job_time_table
+    from pipeline.report.tables import job_time_table
     assert {k: len(t) for k, t in record.job_seconds.items()} == Counter(j.kind for j in plan.jobs)
     times = job_time_table(record)
     assert times.rows[-1][:2] == ("all", str(len(plan.jobs))) and len(times.rows) == len(record.job_seconds) + 1

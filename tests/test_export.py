@@ -7,10 +7,10 @@ import pytest
 import safetensors.torch
 import torch
 
-from workers.drafter import drafter_from_target
-from workers.eagle_layouts import import_checkpoint
-from workers.export import export_eagle3
-from workers.eagle_train import drafter_config_for
+from workers.drafters.eagle3.model import drafter_from_target
+from workers.drafters.eagle3.layouts import import_checkpoint
+from workers.drafters.eagle3.export import export_eagle3
+from workers.drafters.eagle3.train import drafter_config_for
 
 
 @pytest.fixture()

@@ -10,7 +10,7 @@ import pytest
 from test_store import PG_BASE_URL
 
 from db.store import Store
-from pipeline.fleet_sim import fleet_spec, simulate
+from pipeline.bench.fleet_sim import fleet_spec, simulate
 from pipeline.plan import build_plan
 
 

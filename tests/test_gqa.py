@@ -10,14 +10,15 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from tests.test_engine import V, check_sampled_distribution
-from workers.chains import draft_all_chains
-from workers.drafter import drafter_from_target
-from workers.eagle_train import drafter_config_for
-from workers.engine import EagleProposer, generate
-from workers.eagle_layouts import import_checkpoint
-from workers.export import export_eagle3
-from workers.features import target_pass
-from workers.rope import inv_freq, rope_settings
+from workers.drafters.eagle3.chains import draft_all_chains
+from workers.drafters.eagle3.model import drafter_from_target
+from workers.drafters.eagle3.train import drafter_config_for
+from workers.decoding.chain import generate
+from workers.drafters.eagle3.proposer import EagleProposer
+from workers.drafters.eagle3.layouts import import_checkpoint
+from workers.drafters.eagle3.export import export_eagle3
+from workers.models.features import target_pass
+from workers.models.rope import inv_freq, rope_settings
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 16, "rope_theta": 500000.0}

@@ -63,7 +63,7 @@ def test_gpu_job_without_cuda_refuses_to_fall_back(hf_folder):
 
 def test_corrupt_drafter_checkpoint_names_the_file(tiny_target, tiny_drafters, tmp_path):
     from pipeline.core.files import write_dir
-    from workers.eagle_checkpoint import load_eagle3
+    from workers.drafters.eagle3.checkpoint import load_eagle3
 
     embedding = tiny_target[0].get_input_embeddings().weight
     _, files = tiny_drafters["pre"]
@@ -92,7 +92,7 @@ def test_a_drafter_checkpoint_holds_what_training_changed_in_the_dtype_it_runs_i
     import safetensors.torch
 
     from pipeline.core.files import write_dir
-    from workers.eagle_checkpoint import load_eagle3, save_eagle3
+    from workers.drafters.eagle3.checkpoint import load_eagle3, save_eagle3
 
     target = tiny_target[0]
     drafter, files = tiny_drafters["post"]

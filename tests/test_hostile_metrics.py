@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from db.store import Store
 from pipeline.errors import UserError
-from pipeline.prod_metrics import MAX_BYTES, parse_counters, production_curve, read_source
+from pipeline.autotune.prod_metrics import MAX_BYTES, parse_counters, production_curve, read_source
 
 GOOD = (Path(__file__).parent / "data" / "vllm_metrics" / "dflash_k7_window.prom").read_text()
 HEAD = 'vllm:spec_decode_num_drafts_total{model_name="m"} 10\n' \

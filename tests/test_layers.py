@@ -76,9 +76,9 @@ def test_every_registry_entry_names_functions_that_exist():
 
 
 def test_every_drafter_family_has_a_trainer_and_a_family_object():
-    from pipeline.core.kinds import DRAFTER_TRAINERS, resolve
     from pipeline.core.settings import DRAFTER_KINDS
-    from workers.family import FAMILIES
+    from workers.drafters.registry import FAMILIES, family_of, trainer_of
 
-    assert set(DRAFTER_TRAINERS) == set(DRAFTER_KINDS) == set(FAMILIES)
-    assert all(callable(resolve(path)) for path in DRAFTER_TRAINERS.values())
+    assert set(DRAFTER_KINDS) == set(FAMILIES)
+    assert all(callable(trainer_of(name)) for name in FAMILIES)
+    assert {family_of(name).name for name in FAMILIES} == set(FAMILIES)

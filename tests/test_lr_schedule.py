@@ -1,4 +1,4 @@
-"""One learning-rate schedule (workers/lr_schedule.py) for targets and drafters, equal bit for bit to
+"""One learning-rate schedule (workers/runtime/lr_schedule.py) for targets and drafters, equal bit for bit to
 the two closed forms the training loops used before it existed, so trained models are unchanged."""
 from __future__ import annotations
 
@@ -6,21 +6,21 @@ import math
 
 import pytest
 
-from workers.lr_schedule import warmup_cosine_lr
+from workers.runtime.lr_schedule import warmup_cosine_lr
 
 BASES = (3e-3, 1e-4, 3.0e-3 * 0.7, 1.0, 0.1, 5e-4, 2.5e-3)
 STEPS = (1, 2, 5, 9, 10, 11, 19, 20, 21, 40, 97, 300, 1000, 20000)
 
 
 def old_target_lr(base, step, steps, warmup=20):
-    """workers/target.py::_cosine_lr, as it was."""
+    """workers/models/target.py::_cosine_lr, as it was."""
     if step < warmup:
         return base * (step + 1) / warmup
     return base * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
 
 
 def old_drafter_lr(base, step, steps):
-    """The inline schedule of workers/eagle_train.py::train_drafter, as it was."""
+    """The inline schedule of workers/drafters/eagle3/train.py::train_drafter, as it was."""
     return base * (min(1.0, (step + 1) / 10) * 0.5 * (1 + math.cos(math.pi * step / steps)))
 
 

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from pipeline.errors import UserError
-from pipeline.prod_metrics import parse_counters, production_curve, read_source, window
+from pipeline.autotune.prod_metrics import parse_counters, production_curve, read_source, window
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

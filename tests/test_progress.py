@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from pipeline.progress import ProgressView
+from pipeline.run.progress import ProgressView
 
 
 def test_plain_lines_say_each_job_started_and_ended_and_close_with_the_counts():

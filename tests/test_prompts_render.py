@@ -14,8 +14,8 @@ from pipeline.core.choice import choose_depth
 from pipeline.core.contracts import Dataset, Measured
 from pipeline.core.conversations import Message
 from pipeline.core.settings import PromptsFile, TrainingData
-from workers.chat_format import assistant_spans, turns_ids, turns_text
-from workers.prompts import build_prompts, prompt_categories, read_prompts_file
+from workers.data.chat_format import assistant_spans, turns_ids, turns_text
+from workers.data.prompts import build_prompts, prompt_categories, read_prompts_file
 
 # A ChatML-style template of the kind Qwen and SmolLM2 ship (written here, not copied): every turn
 # is <|im_start|>role\ntext<|im_end|>\n, and the generation prompt opens the assistant's turn.
@@ -85,7 +85,7 @@ def test_a_long_conversation_loses_its_oldest_turns_then_the_end_of_its_question
 
 
 def test_categories_follow_the_prompts_and_validation_draws_others(tmp_path, templated):
-    from workers.speedup import validation_prompts
+    from workers.measure.speedup import validation_prompts
 
     records = [dict(ASK, category=c, conversations=[{"from": "human", "value": f"Question {i} about {c}?"}])
                for i, c in enumerate(["code", "math", "chat"] * 4)]
@@ -127,7 +127,7 @@ def test_assistant_turns_are_located_token_by_token(tiny_target, templated, own_
 
 
 def test_written_answers_score_the_assistant_turns_only(tmp_path, templated):
-    from workers.regenerate import load_text, written_answers
+    from workers.data.regenerate import load_text, written_answers
 
     pf = prompts_file(tmp_path, [LONG, ASK, LONG | {"category": "other"}])
     data = TrainingData(prompts=pf, answers="as_written", tokens=10_000, max_prompt_tokens=200, max_new_tokens=200)

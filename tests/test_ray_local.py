@@ -16,7 +16,7 @@ AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDR
 DRIVER = textwrap.dedent("""
     import json, os, subprocess, sys, time
     import psutil, ray
-    from pipeline.cluster import connect
+    from pipeline.run.ray_cluster import connect
 
     cluster = connect(None, {})
     gcs = ray.get_runtime_context().gcs_address

@@ -16,7 +16,7 @@ import pytest
 
 from pipeline.core.choice import curve_speedup
 from pipeline.errors import UserError
-from pipeline.prod_metrics import parse_counters, production_curve
+from pipeline.autotune.prod_metrics import parse_counters, production_curve
 
 DATA = Path(__file__).parent / "data" / "vllm_metrics"
 DFLASH = DATA / "dflash_k7_window.prom"

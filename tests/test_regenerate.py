@@ -7,10 +7,10 @@ import torch
 
 from pipeline.core import contracts as c
 from pipeline.core.settings import Eagle3DrafterSpec, StandaloneDrafterSpec, TrainingData
-from workers.features import HeadRows, target_pass
+from workers.models.features import HeadRows, target_pass
 from workers.jobs.run import run_job
-from workers.regenerate import answer_batch, load_text, question_prompts
-from workers.target_features import FeatureBatches
+from workers.data.regenerate import answer_batch, load_text, question_prompts
+from workers.data.target_features import FeatureBatches
 
 DATA = TrainingData(tokens=3000, max_new_tokens=24, max_prompt_tokens=96, batch_size=8)
 
@@ -165,7 +165,7 @@ def test_corrupt_or_mismatched_training_data_is_named(tiny_target, regenerated, 
 def test_states_too_large_for_float16_are_kept_in_float32(tiny_target, regenerated, monkeypatch):
     import safetensors.torch
 
-    import workers.target_features as tf
+    import workers.data.target_features as tf
 
     target, _, _ = tiny_target
     text = load_text(regenerated[0])

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from pipeline.errors import SpecError, UserError
-from pipeline.runtime_env import from_cli, merged
+from pipeline.run.runtime_env import from_cli, merged
 from pipeline.spec import parse_spec
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from db.secrets import mask_secrets
 from db.store import Store, StoreError
-from pipeline.tracking import flatten
+from pipeline.run.tracking import flatten
 
 SECRET = "s3cr3t-Pa55"
 FORMS = [

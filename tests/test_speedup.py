@@ -8,9 +8,10 @@ from pipeline.core import contracts as c
 from pipeline.core.choice import choose_depth
 from pipeline.core.settings import Eagle3DrafterSpec, Evaluation, Validation
 from pipeline.core.types import Curve
-from workers.engine import ModelProposer, generate
+from workers.decoding.chain import generate
+from workers.drafters.standalone.proposer import ModelProposer
 from workers.jobs.run import run_job
-from workers.speedup import engine_speedups
+from workers.measure.speedup import engine_speedups
 
 EVAL = Evaluation(max_depth=3, temperatures=[0.0], num_prompts=4, prompt_len=20, continuation_len=8, corpus="stdlib",
                   conditions=["default"], long_context_len=64)
@@ -18,7 +19,7 @@ VALIDATION = Validation(num_prompts=3, new_tokens=17, repeats=1, warmup_prompts=
 
 
 def test_depth_zero_is_plain_decoding_and_is_timed(tiny_target):
-    from workers.measure import continue_text
+    from workers.measure.curves import continue_text
 
     target, tokenizer, _ = tiny_target
     prompt = torch.tensor([[tokenizer.bos_token_id] + tokenizer("import os\n", add_special_tokens=False)["input_ids"]])
@@ -86,10 +87,10 @@ def test_measure_speedup_job_compares_the_chosen_depth_with_the_best_measured(ti
 def test_the_decode_walk_over_measured_chains_is_what_the_engine_does(tiny_target, tiny_drafters):
     """At temperature 0 the engine's accepted counts pass by pass are the walk over the measured chains."""
     from pipeline.core.acceptance import decode_walk
-    from workers.engine import EagleProposer
-    from workers.features import target_pass
-    from workers.chains import draft_all_chains
-    from workers.measure import continue_text, verify_chains
+    from workers.drafters.eagle3.proposer import EagleProposer
+    from workers.models.features import target_pass
+    from workers.drafters.eagle3.chains import draft_all_chains
+    from workers.measure.curves import continue_text, verify_chains
 
     target, tokenizer, _ = tiny_target
     drafter, _ = tiny_drafters["post"]
@@ -116,7 +117,7 @@ def test_hf_generate_and_assisted_generation_are_timed_on_the_same_prompts(tiny_
     """The target as its own HF assistant: assisted generation must decode what plain generate does."""
     from pipeline.core.files import cached_dir
     from pipeline.core.settings import StandaloneDrafterSpec
-    from pipeline.report import engine_tables
+    from pipeline.report.plots import engine_tables
 
     _, _, target_files = tiny_target
     folder = str(cached_dir(target_files))
@@ -146,7 +147,7 @@ def test_hf_generate_and_assisted_generation_are_timed_on_the_same_prompts(tiny_
 
 def test_hf_generate_decodes_every_token_whatever_the_models_own_generation_config_says(tiny_target):
     """A model's generation config (its EOS, a repetition penalty) must not change what is timed."""
-    from workers.hf_engine import time_hf
+    from workers.decoding.hf_generate import time_hf
 
     target, tokenizer, _ = tiny_target
     prompt = torch.tensor([tokenizer.bos_token_id] + tokenizer("import os\n", add_special_tokens=False)["input_ids"])
@@ -205,7 +206,7 @@ def _timed_trees(chosen_tokens_per_s: float, mismatches: int = 0) -> c.TreeCheck
 def test_a_tree_the_chain_beats_is_timed_but_not_held_to_the_bar_and_a_served_one_is():
     """Serving runs the chain when the chain is predicted to win, so a slow unserved tree fails nothing;
     a served tree below (1 - tolerance) of the best shape fails, and wrong output fails either way."""
-    from workers.jobs.measure_speedup import _tree_problems
+    from pipeline.core.verdict import tree_problems as _tree_problems
 
     slow = _timed_trees(29.0)  # 90.6% of the chain's 32 tokens/s
     assert _tree_problems(slow, 0.05, served=False) == ()

@@ -66,9 +66,9 @@ def test_run_takes_the_retry_time_for_the_database_and_mlflow(tmp_path, monkeypa
     import yaml
     from typer.testing import CliRunner
 
-    import pipeline.executor
-    from pipeline.cli import app
-    from pipeline.executor import RunSummary
+    import pipeline.run.executor
+    from pipeline.cli.main import app
+    from pipeline.run.executor import RunSummary
 
     seen = {}
 
@@ -76,7 +76,7 @@ def test_run_takes_the_retry_time_for_the_database_and_mlflow(tmp_path, monkeypa
         seen.update(db=store.retry_s, mlflow=tracker.retry_s)
         return RunSummary(1, "run", "no cluster needed")
 
-    monkeypatch.setattr(pipeline.executor, "run_plan", run_plan)
+    monkeypatch.setattr(pipeline.run.executor, "run_plan", run_plan)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"name": "r", "targets": [{"name": "t", "builtin": {}}],
                                                      "drafters": [{"name": "d"}]}))

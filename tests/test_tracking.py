@@ -7,8 +7,8 @@ from db.store import Store
 from pipeline.core.contracts import DiagnosticValue, Measured
 from pipeline.core.types import Curve
 from pipeline.plan import Job
-from pipeline.record import Recording, finished, record_measured
-from pipeline.tracking import TAG_JOB, Tracker, flatten
+from pipeline.run.record import Recording, finished, record_measured
+from pipeline.run.tracking import TAG_JOB, Tracker, flatten
 
 
 def test_flatten_nested_params():

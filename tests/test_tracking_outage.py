@@ -12,7 +12,7 @@ from tcp_proxy import TcpProxy
 from test_store import _fresh_pg_database
 
 from pipeline.errors import UserError
-from pipeline.tracking import Tracker
+from pipeline.run.tracking import Tracker
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +72,8 @@ def test_a_run_rides_out_a_database_and_an_mlflow_outage_mid_run(mlflow_server, 
     from test_executor import SPEC, answer
 
     from db.store import Store
-    from pipeline.executor import run_plan
-    from pipeline.local import LocalCluster
+    from pipeline.run.executor import run_plan
+    from pipeline.run.local_cluster import LocalCluster
     from pipeline.plan import build_plan
     from pipeline.spec import parse_spec
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-import workers.tree_engine as tree_engine
+import workers.decoding.tree_engine as tree_engine
 from pipeline.core.trees import chain_tree
 from tests.test_engine import V, _exact_joint, _tiny_llama, chi2_pvalue
-from workers.drafter import drafter_from_target
-from workers.eagle_train import drafter_config_for
-from workers.engine import EagleProposer, ModelProposer, generate
-from workers.tree import TreeLayout
-from workers.tree_engine import generate_tree
+from workers.drafters.eagle3.model import drafter_from_target
+from workers.drafters.eagle3.train import drafter_config_for
+from workers.decoding.chain import generate
+from workers.drafters.eagle3.proposer import EagleProposer
+from workers.drafters.standalone.proposer import ModelProposer
+from workers.decoding.tree import TreeLayout
+from workers.decoding.tree_engine import generate_tree
 
 TREE = ((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
 

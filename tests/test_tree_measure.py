@@ -6,8 +6,10 @@ import torch
 
 from tests.test_engine import _tiny_llama
 from tests.test_tree_engine import _eagle
-from workers.chains import eagle_ranks, fuse_context, model_ranks, ranks_of
-from workers.features import cached_forward_states, target_pass
+from workers.drafters.eagle3.chains import eagle_ranks, fuse_context
+from workers.drafters.ranks import ranks_of
+from workers.drafters.standalone.chains import model_ranks
+from workers.models.features import cached_forward_states, target_pass
 
 
 @torch.no_grad()
@@ -38,8 +40,8 @@ def test_the_walk_over_measured_rank_paths_is_what_the_tree_engine_does():
     """At temperature 0, the drafts the tree engine keeps pass by pass are what each round's rank path
     keeps under the tree: the prediction of tokens per pass is the engine's, exactly."""
     from pipeline.core.trees import kept, rank_path
-    from workers.measure import continue_text
-    from workers.tree_engine import generate_tree
+    from workers.measure.curves import continue_text
+    from workers.decoding.tree_engine import generate_tree
 
     target = _tiny_llama(0, vocab=40)
     proposer = _eagle(target)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from types import SimpleNamespace
 
 from pipeline.core.kinds import KINDS
 from pipeline.plan import build_plan
@@ -20,33 +21,47 @@ from pipeline.version import code_version, source_closure, source_version
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def names(kind: str) -> set[str]:
-    return {p.relative_to(ROOT).as_posix() for p in source_closure(KINDS[kind].code)}
+def names(kind: str, family: str = "eagle3") -> set[str]:
+    """The files a job of `kind` runs, for a drafter of `family` (its config selects the family's code)."""
+    entry = KINDS[kind]
+    chosen = entry.config_code(SimpleNamespace(drafter=SimpleNamespace(kind=family))) if entry.config_code else ()
+    return {p.relative_to(ROOT).as_posix() for p in source_closure(entry.code + chosen)}
 
 
 def test_target_training_does_not_depend_on_drafter_code():
     target = names("train_target")
-    assert {"workers/target.py", "workers/tokenizer.py", "workers/corpus.py", "workers/chat.py",
-            "workers/models.py", "workers/lr_schedule.py"} <= target
-    assert not {"workers/eagle_train.py", "workers/drafter.py", "workers/measure.py", "workers/engine.py",
-                "workers/family.py", "workers/jobs/measure_speedup.py"} & target
+    assert {"workers/models/target.py", "workers/data/tokenizer.py", "workers/data/corpus.py", "workers/data/chat.py",
+            "workers/models/loading.py", "workers/runtime/lr_schedule.py"} <= target
+    assert not {"workers/drafters/eagle3/train.py", "workers/drafters/eagle3/model.py", "workers/measure/curves.py",
+                "workers/decoding/chain.py", "workers/drafters/eagle3/family.py",
+                "workers/jobs/measure_speedup.py"} & target
 
 
 def test_each_kind_covers_what_it_runs_and_not_the_others():
     measure = names("measure_curve")
-    assert {"workers/measure.py", "workers/drafter.py", "workers/diagnostics.py", "workers/prompts.py",
-            "workers/noise.py", "workers/family.py", "workers/chains.py", "workers/models.py",
+    assert {"workers/measure/curves.py", "workers/drafters/eagle3/model.py", "workers/measure/diagnostics.py",
+            "workers/data/prompts.py", "workers/measure/noise.py", "workers/drafters/eagle3/family.py",
+            "workers/drafters/eagle3/chains.py", "workers/drafters/registry.py", "workers/models/loading.py",
             "pipeline/core/acceptance.py", "pipeline/__init__.py", "pipeline/core/__init__.py"} <= measure
-    assert not {"workers/eagle_train.py", "workers/export.py", "workers/speedup.py", "workers/cost.py"} & measure
+    assert not {"workers/drafters/eagle3/train.py", "workers/drafters/eagle3/export.py", "workers/measure/speedup.py",
+                "workers/measure/cost.py"} & measure
+    # a job runs its own drafter family's package, never another's
+    assert not any(name.startswith("workers/drafters/standalone/") for name in measure)
+    standalone = names("measure_curve", "standalone")
+    assert {"workers/drafters/standalone/family.py", "workers/drafters/standalone/chains.py"} <= standalone
+    assert not any(name.startswith("workers/drafters/eagle3/") for name in standalone)
     select = names("select_depth")
     assert {"pipeline/core/select.py", "pipeline/core/choice.py", "pipeline/core/schedule.py"} <= select
     assert "pipeline/core/choice.py" not in measure  # the depth choice is not measurement
-    assert "workers/drafter.py" not in select and "pipeline/record.py" not in select
+    assert "workers/drafters/eagle3/model.py" not in select and "pipeline/run/record.py" not in select
     drafter_training = names("train_drafter")
-    assert not {"workers/family.py", "workers/engine.py", "workers/eagle_train.py"} & drafter_training
+    assert "workers/drafters/eagle3/train.py" in drafter_training
+    assert not {"workers/drafters/eagle3/family.py", "workers/decoding/chain.py"} & drafter_training
+    assert "pipeline/core/verdict.py" in names("measure_speedup")
     # nothing the driver runs is part of any job
     for kind in KINDS:
-        assert not {"pipeline/executor.py", "pipeline/cli.py", "pipeline/record.py", "db/store.py"} & names(kind)
+        assert not {"pipeline/run/executor.py", "pipeline/cli/main.py", "pipeline/run/record.py",
+                    "db/store.py"} & names(kind)
 
 
 def test_every_import_form_is_followed(tmp_path):
@@ -98,13 +113,13 @@ def _rerun_after(root: Path, file: str, old: str, new: str) -> set[str]:
 
 
 def test_editing_the_verdict_text_reruns_only_validation(source_copy):
-    changed = _rerun_after(source_copy, "workers/jobs/measure_speedup.py",
+    changed = _rerun_after(source_copy, "pipeline/core/verdict.py",
                            "of the best measured tokens/s", "of the fastest depth's tokens/s")
     assert changed == {"measure_speedup"}
 
 
 def test_editing_the_drafter_reruns_drafter_jobs_never_target_training(source_copy):
-    changed = _rerun_after(source_copy, "workers/drafter.py", "rms_eps: float = 1e-6", "rms_eps: float = 1e-5")
+    changed = _rerun_after(source_copy, "workers/drafters/eagle3/model.py", "rms_eps: float = 1e-6", "rms_eps: float = 1e-5")
     # the drafter's jobs and everything downstream of them (a job's hash covers its inputs' hashes)
     assert changed == {"train_drafter", "measure_curve", "profile_cost", "select_depth", "measure_speedup"}
 
@@ -114,7 +129,7 @@ def test_a_drafter_trains_under_its_own_familys_trainer_only(source_copy):
                                  {"name": "s", "kind": "standalone", "builtin": {"layers": 1}}]}
     parsed = parse_spec(yaml.safe_dump(spec))
     before = _hashes(parsed, source_copy)
-    _edit(source_copy / "workers/eagle_train.py", "TTT_DECAY = 0.8", "TTT_DECAY = 0.7")  # a changed constant
+    _edit(source_copy / "workers/drafters/eagle3/train.py", "TTT_DECAY = 0.8", "TTT_DECAY = 0.7")  # a changed constant
     after = _hashes(parsed, source_copy)
     changed = {name for name in before if before[name] != after[name]}
     assert "train_drafter t/d" in changed and not any(name.endswith("t/s") for name in changed)
@@ -163,7 +178,7 @@ def test_comment_and_docstring_edits_anywhere_change_no_job_hash(source_copy):
     assert edited > 100
     assert _hashes(spec, source_copy) == before
     # and the same tree with one real edit does change: the edits above were seen, and ignored
-    _edit(source_copy / "workers/drafter.py", "rms_eps: float = 1e-6", "rms_eps: float = 2e-6")
+    _edit(source_copy / "workers/drafters/eagle3/model.py", "rms_eps: float = 1e-6", "rms_eps: float = 2e-6")
     assert _hashes(spec, source_copy) != before
 
 
@@ -204,11 +219,11 @@ def _hashes_imported_from(root: Path) -> dict[str, str]:
 
 def test_moving_a_module_changes_no_job_hash(source_copy):
     before = _hashes_imported_from(source_copy)
-    _move(source_copy, "workers.rope", "workers.attention.rope")  # imported by the drafter and its trainer
+    _move(source_copy, "workers.models.rope", "workers.attention.rope")  # imported by the drafter and its trainer
     # named by the job registry both as a code module and as "module:function"
     _move(source_copy, "workers.jobs.measure_speedup", "workers.jobs.validation.measure_speedup")
     assert "workers.jobs.validation.measure_speedup:run" in (source_copy / "pipeline/core/kinds.py").read_text()
-    assert not (source_copy / "workers/rope.py").exists()
+    assert not (source_copy / "workers/models/rope.py").exists()
     after = _hashes_imported_from(source_copy)
     assert after == before
     # the moved code is what is hashed: editing it at its new place re-runs its jobs

@@ -6,11 +6,12 @@ import torch
 
 from pipeline.core.acceptance import curve_from_accepted
 from pipeline.core.settings import Evaluation
-from workers.chains import draft_all_chains
-from workers.engine import EagleProposer, generate
-from workers.family import family_of
-from workers.features import target_pass
-from workers.measure import continue_text, measure_curves
+from workers.drafters.eagle3.chains import draft_all_chains
+from workers.decoding.chain import generate
+from workers.drafters.eagle3.proposer import EagleProposer
+from workers.drafters.registry import family_of
+from workers.models.features import target_pass
+from workers.measure.curves import continue_text, measure_curves
 
 EVAL = Evaluation(max_depth=4, temperatures=[0.0], num_prompts=6, prompt_len=20, continuation_len=10, corpus="stdlib",
                   conditions=["default"], long_context_len=64)
@@ -66,8 +67,8 @@ def test_greedy_speculative_output_equals_target_greedy(tiny_target, tiny_drafte
 
 
 def test_untrained_drafter_still_lossless(tiny_target):
-    from workers.drafter import drafter_from_target
-    from workers.eagle_train import drafter_config_for
+    from workers.drafters.eagle3.model import drafter_from_target
+    from workers.drafters.eagle3.train import drafter_config_for
 
     target, tokenizer, _ = tiny_target
     torch.manual_seed(5)
@@ -107,7 +108,7 @@ def test_future_tokens_do_not_leak_into_drafts(tiny_target, tiny_drafters):
 
 
 def test_left_padded_verification_matches_one_chain_at_a_time(tiny_target):
-    from workers.measure import verify_chains
+    from workers.measure.curves import verify_chains
 
     target, tokenizer, _ = tiny_target
     seq = continue_text(target, _prompt(tokenizer), 20, 0.0, None)
@@ -156,7 +157,7 @@ def test_sampled_curve_probabilities(tiny_target, tiny_drafters):
 
 
 def test_cost_profile_on_cpu(tiny_target, tiny_drafters):
-    from workers.cost import profile_cost
+    from workers.measure.cost import profile_cost
 
     target, _, _ = tiny_target
     drafter, _ = tiny_drafters["pre"]
@@ -266,7 +267,7 @@ def test_workers_on_one_node_can_materialise_one_checkpoint_at_once(tmp_path):
 
 
 def test_large_trees_are_timed_at_a_grid_of_sizes_and_the_rest_read_off_straight_lines():
-    from workers.cost import filled, timed_sizes
+    from workers.measure.cost import filled, timed_sizes
 
     assert timed_sizes(9) == list(range(1, 10))  # small budgets: every size
     assert timed_sizes(65) == [*range(1, 9), 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 65]

@@ -44,7 +44,7 @@ class TargetRef(Contract):
 
 
 class WorkerEnv(Contract):
-    """What a worker reports about itself (workers/environment.py). The timing kinds' configs hold
+    """What a worker reports about itself (workers/runtime/environment.py). The timing kinds' configs hold
     the one their placement gets on the cluster, so timings from one GPU generation, CUDA or
     library release are never reused for another; a worker that differs refuses the job."""
 
@@ -274,7 +274,7 @@ class Selected(Contract):
 
 class HFRun(Contract):
     """Hugging Face `generate` on the same prompts: plain, or assisted by the standalone draft model
-    with `num_assistant_tokens` drafts a round (workers/hf_engine.py)."""
+    with `num_assistant_tokens` drafts a round (workers/decoding/hf_generate.py)."""
 
     name: str
     num_assistant_tokens: int | None
@@ -286,7 +286,7 @@ class HFRun(Contract):
 
 class TreeCheck(Contract):
     """The engine with the chosen tree and its neighbours by size, beside the chain at its chosen depth
-    and plain decoding, all timed in one loop (workers/tree_speedup.py)."""
+    and plain decoding, all timed in one loop (workers/measure/tree_speedup.py)."""
 
     trees: tuple[tuple[tuple[int, ...], ...], ...]  # [0]: the chosen tree, then its neighbours by size
     tokens_per_s: tuple[float, ...]  # aligned with trees

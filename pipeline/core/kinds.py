@@ -21,16 +21,19 @@ from pipeline.core import contracts as c
 from pipeline.core.settings import Resources
 
 
-# How each drafter family is trained: a train_drafter job runs (and its code version covers)
-# only its own family's trainer, so changing one trainer retrains no drafter of the other.
-DRAFTER_TRAINERS = {
-    "eagle3": "workers.eagle_train:train_eagle3",
-    "standalone": "workers.standalone:train_standalone",
-}
+from workers.drafters.registry import entry
 
 
 def _trainer_module(config) -> tuple[str, ...]:
-    return (DRAFTER_TRAINERS[config.drafter.kind].partition(":")[0],)
+    """A train_drafter job runs (and its code version covers) only its own family's trainer
+    (workers/drafters/registry.py, which names modules and imports nothing)."""
+    return (entry(config.drafter.kind).trainer_module,)
+
+
+def _family_module(config) -> tuple[str, ...]:
+    """A job that measures a drafter runs its own family's package only (its family object and
+    what that imports): changing one family re-measures no drafter of another."""
+    return (entry(config.drafter.kind).family_module,)
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class JobKind:
     result: type[c.Contract]
     inputs: dict[str, type[c.Contract]]  # input name -> the result type it carries (each optional)
     run: str  # "module:function(config, inputs, *, num_gpus, progress) -> result", on a worker
-    record: str  # "module:function(job, result, recording) -> None", on the driver (pipeline/record.py)
+    record: str  # "module:function(job, result, recording) -> None", on the driver (pipeline/run/record.py)
     code: tuple[str, ...]  # modules whose source, with everything they import, is the code version
     # what of the job's resources changes its result: nothing, the device kind (dtype and
     # numerics), or the whole placement (timings)
@@ -59,31 +62,31 @@ _DISPATCH = ("workers.jobs.run",)  # the dispatcher every kind runs through
 
 KINDS: dict[str, JobKind] = {k.name: k for k in (
     JobKind("train_target", c.TrainTargetConfig, c.Trained, {},
-            "workers.jobs.train_target:run", "pipeline.record:record_trained",
+            "workers.jobs.train_target:run", "pipeline.run.record:record_trained",
             (*_DISPATCH, "workers.jobs.train_target"), "device"),
     JobKind("regenerate", c.RegenerateConfig, c.Dataset, {"target": c.Trained},
-            "workers.jobs.regenerate:run", "pipeline.record:record_dataset",
+            "workers.jobs.regenerate:run", "pipeline.run.record:record_dataset",
             (*_DISPATCH, "workers.jobs.regenerate"), "device"),
     JobKind("target_features", c.TargetFeaturesConfig, c.Dataset, {"target": c.Trained, "data": c.Dataset},
-            "workers.jobs.target_features:run", "pipeline.record:record_dataset",
+            "workers.jobs.target_features:run", "pipeline.run.record:record_dataset",
             (*_DISPATCH, "workers.jobs.target_features"), "device"),
     JobKind("train_drafter", c.TrainDrafterConfig, c.Trained,
             {"target": c.Trained, "data": c.Dataset, "features": c.Dataset},
-            "workers.jobs.train_drafter:run", "pipeline.record:record_trained",
+            "workers.jobs.train_drafter:run", "pipeline.run.record:record_trained",
             (*_DISPATCH, "workers.jobs.train_drafter"), "device", _trainer_module),
     JobKind("measure_curve", c.MeasureCurveConfig, c.Measured, {"target": c.Trained, "drafter": c.Trained},
-            "workers.jobs.measure_curve:run", "pipeline.record:record_measured",
-            (*_DISPATCH, "workers.jobs.measure_curve"), "device"),
+            "workers.jobs.measure_curve:run", "pipeline.run.record:record_measured",
+            (*_DISPATCH, "workers.jobs.measure_curve"), "device", _family_module),
     JobKind("profile_cost", c.ProfileCostConfig, c.Profiled, {"target": c.Trained, "drafter": c.Trained},
-            "workers.jobs.profile_cost:run", "pipeline.record:record_profiled",
-            (*_DISPATCH, "workers.jobs.profile_cost"), "timed"),
+            "workers.jobs.profile_cost:run", "pipeline.run.record:record_profiled",
+            (*_DISPATCH, "workers.jobs.profile_cost"), "timed", _family_module),
     JobKind("select_depth", c.SelectDepthConfig, c.Selected, {"curve": c.Measured, "cost": c.Profiled},
-            "pipeline.core.select:run", "pipeline.record:record_selected",
+            "pipeline.core.select:run", "pipeline.run.record:record_selected",
             (*_DISPATCH, "pipeline.core.select"), "none"),
     JobKind("measure_speedup", c.MeasureSpeedupConfig, c.Validated,
             {"target": c.Trained, "drafter": c.Trained, "depth": c.Selected},
-            "workers.jobs.measure_speedup:run", "pipeline.record:record_validated",
-            (*_DISPATCH, "workers.jobs.measure_speedup"), "timed"),
+            "workers.jobs.measure_speedup:run", "pipeline.run.record:record_validated",
+            (*_DISPATCH, "workers.jobs.measure_speedup"), "timed", _family_module),
 )}
 JOB_KINDS = tuple(KINDS)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-# The per-depth attention-drift diagnostics, measured beside EAGLE curves (workers/diagnostics.py).
+# The per-depth attention-drift diagnostics, measured beside EAGLE curves (workers/measure/diagnostics.py).
 DRIFT_NAMES = ("rms", "sink_attn", "recent_attn", "draft_attn", "attn_entropy")
 
 

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from pipeline.core.contracts import DiagnosticValue, MeasureCurveConfig, Measured
-from workers.device import pick_device
-from workers.family import load_pairing
-from workers.measure import measure_curves
-from workers.prompts import prompt_categories
+from workers.runtime.device import pick_device
+from workers.drafters.pairing import load_pairing
+from workers.measure.curves import measure_curves
+from workers.data.prompts import prompt_categories
 
 
 def run(config: MeasureCurveConfig, inputs: dict, *, num_gpus: float, progress) -> Measured:

@@ -1,24 +1,16 @@
-"""measure_speedup: the real engine at every depth, and the verdict on the depth the choice made.
-
-The verdict passes when the chosen depth reaches (1 - tolerance) of the best measured tokens/s,
-every depth decoded exactly what plain greedy decoding does, and the costs the choice used were
-timed on the hardware the engine ran on. With a tree chosen, the engine also runs it, the best
-trees one and two sizes either side, and the chain at its chosen depth; every one must decode as
-plain greedy decoding does, and a tree that serving would run (predicted to beat the chain) must
-reach (1 - tolerance) of the best of those and of the chain. A tree the chain beats is timed for
-the report but not held to that bar: the chain is what is served.
+"""measure_speedup: the real engine at every depth (and the chosen tree with its neighbours), and
+the verdict on what the choice predicted (pipeline/core/verdict.py holds the rule).
 """
 from __future__ import annotations
 
-import dataclasses
-
-from pipeline.core.contracts import HFRun, MeasureSpeedupConfig, Selected, SpeedupCheck, TreeCheck, TreeChoice, Validated
-from workers.device import hardware_id, pick_device
-from workers.family import load_pairing
-from workers.hf_engine import hf_comparison
-from workers.speedup import EngineBenchmark, engine_speedups, validation_prompts
-from workers.tree_speedup import tree_benchmark
-from workers.tokenizer import pad_id
+from pipeline.core.contracts import HFRun, MeasureSpeedupConfig, TreeCheck, TreeChoice, Validated
+from pipeline.core.verdict import depth_verdict, tree_problems
+from workers.runtime.device import hardware_id, pick_device
+from workers.drafters.pairing import load_pairing
+from workers.decoding.hf_generate import hf_comparison
+from workers.measure.speedup import engine_speedups, validation_prompts
+from workers.measure.tree_speedup import tree_benchmark
+from workers.data.tokenizer import pad_id
 
 
 def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress) -> Validated:
@@ -31,12 +23,12 @@ def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress
     measured = engine_speedups(target=target, proposer=family.proposer(drafter), tokenizer=tokenizer,
                                evaluation=evaluation, validation=config.validation, seed=config.seed)
     param = next(target.parameters())
-    check = verdict(measured, selected, hardware_id(param.device, param.dtype), config.validation.tolerance)
+    check = depth_verdict(measured, selected, hardware_id(param.device, param.dtype), config.validation.tolerance)
     if config.validation.compare_hf:
         check = check.model_copy(update={"hf_runs": _hf_runs(target, tokenizer, family, drafter, config)})
     if selected.tree is not None and selected.tree.tree:  # an empty tree (no drafting pays) has nothing to run
         trees = _tree_check(target, tokenizer, family.proposer(drafter), selected.tree, config)
-        problems = _tree_problems(trees, config.validation.tolerance, served=selected.tree.served)
+        problems = tree_problems(trees, config.validation.tolerance, served=selected.tree.served)
         check = check.model_copy(update={"tree": trees, "problems": check.problems + problems,
                                          "passed": check.passed and not problems})
     return Validated(speedup_check=check)
@@ -63,18 +55,6 @@ def _tree_check(target, tokenizer, proposer, choice: TreeChoice, config: Measure
                      chain_predicted_speedup=choice.chain_speedup, greedy_mismatches=timed["greedy_mismatches"])
 
 
-def _tree_problems(check: TreeCheck, tolerance: float, *, served: bool) -> tuple[str, ...]:
-    problems = []
-    best = max(max(check.tokens_per_s), check.chain_tokens_per_s)
-    if served and check.tokens_per_s[0] < (1.0 - tolerance) * best:
-        problems.append(f"the chosen tree reaches {check.tokens_per_s[0] / best:.1%} of the best measured shape "
-                        f"(the trees around it and the chain at depth {check.chain_depth})")
-    if check.greedy_mismatches:
-        problems.append(f"{check.greedy_mismatches} prompt(s) decoded differently with a tree or the chain than with "
-                        "plain greedy decoding")
-    return tuple(problems)
-
-
 def _hf_runs(target, tokenizer, family, drafter, config: MeasureSpeedupConfig) -> tuple[HFRun, ...]:
     """The same held-out prompts through HF generate, and HF assisted generation with a draft model."""
     evaluation, validation = config.evaluation, config.validation
@@ -82,21 +62,3 @@ def _hf_runs(target, tokenizer, family, drafter, config: MeasureSpeedupConfig) -
                          new_tokens=validation.new_tokens or evaluation.continuation_len,
                          temperature=evaluation.temperatures[0], pad=pad_id(tokenizer), seed=config.seed,
                          assistant=family.hf_assistant(drafter), max_depth=evaluation.max_depth)
-
-
-def verdict(measured: EngineBenchmark, selected: Selected, hardware: str, tolerance: float) -> SpeedupCheck:
-    choice = selected.choice
-    tps = measured.tokens_per_s
-    best = max(range(len(tps)), key=lambda k: tps[k])
-    chosen_vs_best = tps[choice.depth] / tps[best]
-    problems = []
-    if chosen_vs_best < 1.0 - tolerance:
-        problems.append(f"the chosen depth reaches {chosen_vs_best:.1%} of the best measured tokens/s")
-    if measured.greedy_mismatches:
-        problems.append(f"{measured.greedy_mismatches} prompt(s) decoded differently from plain greedy decoding")
-    if hardware != selected.hardware:
-        problems.append(f"costs were timed on {selected.hardware}, the engine ran on {hardware}")
-    return SpeedupCheck(**dataclasses.asdict(measured), predicted_speedup=choice.speedups, chosen_depth=choice.depth,
-                        best_measured_depth=best, chosen_vs_best=chosen_vs_best, tolerance=tolerance,
-                        hardware=hardware, cost_hardware=selected.hardware, passed=not problems,
-                        problems=tuple(problems))

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from pipeline.core.contracts import ProfileCostConfig, Profiled
-from workers.cost import profile_cost
-from workers.device import pick_device
-from workers.family import load_pairing
+from workers.measure.cost import profile_cost
+from workers.runtime.device import pick_device
+from workers.drafters.pairing import load_pairing
 
 
 def run(config: ProfileCostConfig, inputs: dict, *, num_gpus: float, progress) -> Profiled:

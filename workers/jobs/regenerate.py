@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from pipeline.core.contracts import Dataset, RegenerateConfig
-from workers.device import pick_device
-from workers.models import load_target
-from workers.regenerate import regenerate
+from workers.runtime.device import pick_device
+from workers.models.loading import load_target
+from workers.data.regenerate import regenerate
 
 
 def run(config: RegenerateConfig, inputs: dict, *, num_gpus: float, progress) -> Dataset:

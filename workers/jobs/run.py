@@ -10,7 +10,7 @@ from pipeline.core.contracts import JobConfig, Stored, Trained
 from pipeline.core.files import write_dir
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.kinds import resolve
-from workers.environment import differences, worker_env
+from workers.runtime.environment import differences, worker_env
 
 
 def run_job(kind: str, config: JobConfig, inputs: dict, *, num_cpus: float, num_gpus: float, progress=None,

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from pipeline.core.contracts import Dataset, TargetFeaturesConfig
-from workers.device import pick_device
-from workers.drafter import capture_layers
-from workers.models import load_target
-from workers.regenerate import load_text
-from workers.target_features import compute_features
+from workers.runtime.device import pick_device
+from workers.drafters.eagle3.model import capture_layers
+from workers.models.loading import load_target
+from workers.data.regenerate import load_text
+from workers.data.target_features import compute_features
 
 
 def run(config: TargetFeaturesConfig, inputs: dict, *, num_gpus: float, progress) -> Dataset:

@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 from pipeline.core.contracts import Trained, TrainDrafterConfig
-from pipeline.core.kinds import DRAFTER_TRAINERS, resolve
-from workers.device import pick_device
-from workers.models import load_target
+from workers.drafters.registry import trainer_of
+from workers.runtime.device import pick_device
+from workers.models.loading import load_target
 
 
 def run(config: TrainDrafterConfig, inputs: dict, *, num_gpus: float, progress) -> Trained:
     device = pick_device(num_gpus)
     target, tokenizer = load_target(config.target, inputs.get("target"), device)
     family = config.drafter.kind
-    train = resolve(DRAFTER_TRAINERS[family])  # the job's code version covers this trainer's module
+    train = trainer_of(family)  # the job's code version covers this trainer's module
     files, metrics = train(target=target, tokenizer=tokenizer, spec=config.drafter, seed=config.seed,
                            device=device, progress=progress, data=inputs.get("data"),
                            features=inputs.get("features"))

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from pipeline.core.contracts import Trained, TrainTargetConfig
-from workers.device import pick_device
-from workers.target import train_builtin_target
+from workers.runtime.device import pick_device
+from workers.models.target import train_builtin_target
 
 
 def run(config: TrainTargetConfig, inputs: dict, *, num_gpus: float, progress) -> Trained:

@@ -1,0 +1,116 @@
+"""vLLM: `--speculative-config '<json>'`, read into `SpeculativeConfig`.
+
+As read in `vllm/config/speculative.py` and `vllm/v1/spec_decode/dynamic/utils.py` of the
+released wheels 0.10.2 to 0.33.0:
+- `method`, `model`, `num_speculative_tokens` in every release. `eagle3` throughout;
+  `draft_model` raises NotImplementedError before 0.15.0, must be named in 0.15-0.16, is the
+  default from 0.17. In every release a draft model whose path contains "eagle3" or "eagle-"
+  is switched to EAGLE, whatever `method` says.
+- From 0.16.0 the config forbids unknown keys (refused at start-up); before, they are dropped.
+- `draft_sample_method` (how drafts are drawn at temperature > 0) from 0.21.0: `greedy` or
+  `gumbel` in 0.21, `greedy` (the default: argmax, verified with q one-hot) or `probabilistic`
+  (sampled from q, verified with q) from 0.22.
+- `num_speculative_tokens_per_batch_size` from 0.24.0 (PR #32374): a list of inclusive
+  [lo, hi, K] ranges, the first starting at 1, none overlapping; a gap or a batch size past
+  the last range keeps the previous range's K; K is capped at `num_speculative_tokens`.
+- `speculative_token_tree` from 0.10.1 to 0.20.x (removed in 0.21.0): a string holding a Python
+  list of rank tuples, sorted breadth-first; `num_speculative_tokens` is its number of nodes. It
+  is drafted only under the TREE_ATTN attention backend (`--attention-backend TREE_ATTN` from
+  0.14.0, the VLLM_ATTENTION_BACKEND variable before), and the drafter gives every node of a
+  level as many children as (nodes on the level) // (nodes on the level above): the tree must
+  branch evenly. Its drafts are verified by the chain's rejection sampler, which at temperature
+  above 0 does not keep the target distribution over siblings.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+
+from packaging.version import Version
+
+from pipeline.core.schedule import Range
+from pipeline.core.trees import check_tree
+from pipeline.autotune.engines.common import (Emitted, EngineVersionError, at_least, batch1, constant, not_written, tree_blocker,
+                                     unset_sampling)
+
+NAME = "vllm"
+OLDEST, NEWEST = "0.10.2", "0.33.0"
+DEFAULT_VERSION = NEWEST
+PER_BATCH_SIZE = "0.24.0"
+DRAFT_MODEL = "0.15.0"
+DRAFT_SAMPLE_METHOD = "0.22.0"  # greedy | probabilistic (0.21.0: greedy | gumbel)
+RENAMED_AS_EAGLE = ("eagle3", "eagle-")  # path fragments vLLM takes as "this is an EAGLE head"
+TREE, TREE_REMOVED, BACKEND_FLAG = "0.10.1", "0.21.0", "0.14.0"
+
+
+def branches_evenly(tree) -> bool:
+    """Whether every node of each level has the same number of children, the top ones by rank."""
+    levels: list[list] = [[()]]
+    for node in tree:
+        if len(node) > len(levels) - 1:
+            levels.append([])
+        levels[len(node)].append(node)
+    for above, level in zip(levels, levels[1:]):
+        width, rest = divmod(len(level), len(above))
+        if rest or sorted(level) != sorted(p + (r,) for p in above for r in range(width)):
+            return False
+    return True
+
+
+def _tree_problem(tree, schedule, method: str, version: Version, draft_sampling: str | None) -> str | None:
+    why = tree_blocker(NAME, tree, schedule, method)
+    if why:
+        return why
+    if not at_least(version, TREE) or at_least(version, TREE_REMOVED):
+        return f"speculative_token_tree runs from {TREE} and was removed in {TREE_REMOVED}"
+    if draft_sampling is not None:
+        return ("at temperature > 0 vLLM verifies a tree with its chain rejection sampler, which does not keep the "
+                "target distribution over siblings")
+    if not branches_evenly(tree):
+        return "vLLM gives every node of a level the same number of children, and this tree branches unevenly"
+    return None
+
+
+def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str,
+         draft_sampling: str | None = None, tree=None) -> Emitted:
+    """(`config_dir`: where files would go; this engine's config is all in its text.) `tree`: the
+    draft tree to run instead of the chain, where this release can run it as chosen."""
+    if method == "draft_model":
+        if not at_least(version, DRAFT_MODEL):
+            raise EngineVersionError(f"vllm {version} cannot serve a draft model (draft-model speculation arrived "
+                                     f"in {DRAFT_MODEL}); use a newer vLLM or an EAGLE-3 drafter")
+        hit = next((frag for frag in RENAMED_AS_EAGLE if frag in model.lower()), None)
+        if hit is not None:
+            raise EngineVersionError(f"vllm would serve {model} as an EAGLE head, not a draft model (its path contains "
+                                     f"{hit!r}); rename or link the folder", option="--drafter-path")
+    notes = tree_notes = ()
+    if tree:
+        why = _tree_problem(check_tree(tree), schedule, method, version, draft_sampling)
+        if why is None:
+            return _emit_tree(check_tree(tree), model=model, method=method, version=version)
+        tree_notes = not_written(NAME, version, tree, why)
+    if not constant(schedule) and not at_least(version, PER_BATCH_SIZE):
+        schedule, notes = batch1(schedule, NAME, version, f"num_speculative_tokens_per_batch_size arrived in "
+                                                          f"{PER_BATCH_SIZE}")
+    config = {"method": method, "model": model, "num_speculative_tokens": max(k for _, _, k in schedule)}
+    if not constant(schedule):
+        config["num_speculative_tokens_per_batch_size"] = [list(r) for r in schedule]
+    if draft_sampling is not None:
+        if at_least(version, DRAFT_SAMPLE_METHOD):
+            config["draft_sample_method"] = "probabilistic" if draft_sampling == "sampled" else "greedy"
+        elif draft_sampling == "greedy" and at_least(version, "0.21.0"):
+            config["draft_sample_method"] = "greedy"
+        else:
+            notes += unset_sampling(f"vllm {version}", draft_sampling)
+    return Emitted(text="--speculative-config " + shlex.quote(json.dumps(config, separators=(",", ":"))),
+                   notes=tree_notes + notes)
+
+
+def _emit_tree(tree, *, model: str, method: str, version: Version) -> Emitted:
+    config = {"method": method, "model": model, "num_speculative_tokens": len(tree),
+              "speculative_token_tree": "[" + ", ".join(str(tuple(n)) for n in tree) + "]"}
+    text = "--speculative-config " + shlex.quote(json.dumps(config, separators=(",", ":")))
+    if at_least(version, BACKEND_FLAG):
+        return Emitted(text=text + " --attention-backend TREE_ATTN")
+    return Emitted(text=text, notes=(f"vllm {version}: set VLLM_ATTENTION_BACKEND=TREE_ATTN in the server's "
+                                     "environment: without it the tree is drafted as a chain",))

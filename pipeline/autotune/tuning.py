@@ -1,0 +1,308 @@
+"""Autotune: a tuned config from the database (or from production metrics) as an engine config.
+
+The drafter path in an emitted config must point at something the engine can load: by
+default the pairing's trained drafter is exported once into the work directory (the EAGLE-3
+layout for EAGLE drafters; the Hugging Face folder itself for standalone draft models), or
+the user names a path with --drafter-path.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from pipeline.autotune.engines import registry as engines
+from pipeline.core.artifacts import materialise
+from pipeline.core.contracts import serves_tree
+from pipeline.core.files import write_file
+from pipeline.core.schedule import check_schedule
+from pipeline.core.sources import looks_like_path
+from pipeline.errors import UserError
+
+ENGINES = engines.ENGINES
+
+
+def sampling_of(row: dict) -> str | None:
+    """How the row's curve drew drafts, when that matters to the engine: at temperature > 0."""
+    return row.get("draft_sampling") if row.get("temperature", 0.0) > 0 else None
+
+
+def schedule_of(row: dict) -> list[tuple[int, int, int]]:
+    """The row's per-batch-size schedule, or its single depth for every batch size."""
+    if row.get("schedule"):
+        return [tuple(r) for r in row["schedule"]]
+    return [(1, 1, row["depth"])]
+
+
+def tree_of(row: dict):
+    """The row's draft tree when it is predicted to beat the chain it was compared with, else None."""
+    tree = row.get("tree")
+    if not serves_tree(tree, row.get("tree_speedup"), row.get("tree_chain_speedup"), row.get("tree_all_batches")):
+        return None
+    return [tuple(n) for n in tree]
+
+
+METHODS = ("eagle3", "draft_model")  # what specfleet's drafters are served as (vLLM's method names)
+
+
+def pick_version(rows: list[dict], *, hardware: str | None, condition: str | None) -> tuple[dict, str | None]:
+    """(row, note) among the active versions of one pairing: those matching --hardware and
+    --condition, then the newest, since a production re-tune is newer than the offline choice it
+    corrects. Several pairings or several hardware left is an error: which to deploy on is the
+    user's to say. The note (None when one version matched) says which was taken over what."""
+    matching = [r for r in rows if hardware in (None, r["hardware"]) and condition in (None, r["condition"])]
+    listed = "; ".join(sorted(f"{r['target']}/{r['drafter']} on {r['hardware']}, condition {r['condition']} "
+                              f"(v{r['version']})" for r in rows))
+    if not matching:
+        raise UserError("--target/--drafter/--hardware/--condition: no tuned config matches"
+                        + (f" (have: {listed})" if rows else "; run `specfleet run SPEC` first"))
+    pairs = sorted({f"{r['target']}/{r['drafter']}" for r in matching})
+    if len(pairs) > 1:
+        raise UserError(f"--target/--drafter: {len(pairs)} pairings match ({', '.join(pairs)}); name one")
+    machines = sorted({r["hardware"] for r in matching})
+    if len(machines) > 1:
+        raise UserError(f"--hardware: tuned on {len(machines)} kinds of hardware ({'; '.join(machines)}); "
+                        "name the one you deploy on")
+    chosen = max(matching, key=lambda r: (r["created_at"] or "", r["version"]))
+    if not chosen.get("drafter_job_hash"):  # a production version: the drafter is the offline one's
+        trained = next((r["drafter_job_hash"] for r in rows if r.get("drafter_job_hash")
+                        and (r["target"], r["drafter"]) == (chosen["target"], chosen["drafter"])), None)
+        chosen = {**chosen, "drafter_job_hash": trained}
+    others = [r for r in matching if r["version"] != chosen["version"] or r["condition"] != chosen["condition"]]
+    if not others:
+        return chosen, None
+    passed = ", ".join(f"condition {r['condition']} (v{r['version']}, {r['source']})" for r in others)
+    return chosen, (f"using the newest of {len(matching)} active versions: condition {chosen['condition']} "
+                    f"(v{chosen['version']}, {chosen['source']}); not {passed}; --condition picks another")
+
+
+EXPORT_FORMATS = ("eagle3", "speculators")
+
+
+def drafter_path(store, row: dict, workdir: Path, given: str | None, method: str | None = None,
+                 export_format: str = "eagle3") -> tuple[str, str]:
+    """(path, vLLM method) for the row's drafter. A given path must exist when it names this
+    machine's file system (a hub id is the engine's to fetch); its method is --method, else the
+    recorded family's, else read from the folder. Without a path, the family's export of the
+    trained checkpoint (written once under workdir/exports), and --method must agree with it."""
+    _check_method(method)
+    trained = _trained(store, row)
+    if given:
+        if looks_like_path(given) and not Path(given).expanduser().exists():
+            raise UserError(f"--drafter-path: {given} does not exist on this machine")
+        return given, method or _method_of(trained, given)
+    if trained is None or trained.family is None:
+        raise UserError(f"--drafter-path: no trained checkpoint (with its family) is recorded for "
+                        f"{row['target']}/{row['drafter']} (a drafter given by path: in its spec, or one trained "
+                        "by an older release); name the drafter's path")
+    try:  # a folder store's checkpoint in place; a remote store's fetched into this machine's cache
+        if not trained.files_uri:
+            raise ValueError("no checkpoint is recorded with it")
+        checkpoint = materialise(trained.files_uri, trained.files_sha256)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise UserError(f"--drafter-path: the trained checkpoint of {row['target']}/{row['drafter']} cannot be read "
+                        f"here ({str(exc).splitlines()[0]}); name the drafter's path") from None
+    family = _family(trained)
+    if export_format != "eagle3" and family.name != "eagle3":
+        raise UserError(f"--export-format: {row['drafter']} is a {family.name} drafter, served from its own folder; "
+                        f"the {export_format} format holds EAGLE-3 heads")
+    if method is not None and method != family.method:
+        raise UserError(f"--method: {row['drafter']} is of the {family.name} family, served as {family.method}, "
+                        f"not {method}; drop --method, or name a --drafter-path that is a {method} drafter")
+    job = row["drafter_job_hash"]
+    out = workdir / "exports" / (job if export_format == "eagle3" else f"{job}-{export_format}")
+    try:
+        return family.export(checkpoint, out, export_format, verifier=_verifier(store, job))
+    except ValueError as exc:  # a variant no stock engine runs
+        raise UserError(f"--engine: {exc}; pass --drafter-path to a checkpoint the engine can run") from None
+    except RuntimeError as exc:  # a checkpoint that cannot be read
+        raise UserError(f"--drafter-path: {str(exc).splitlines()[0]}; rerun its experiment or name the "
+                        "drafter's path") from None
+
+
+def _verifier(store, job: str) -> str:
+    """The target a trained drafter drafts for, as an engine names it: its hub id or folder, else its name."""
+    target = (store.job_config(job) or {}).get("target") or {}
+    name = target.get("hf") or target.get("name")
+    if not name:
+        raise UserError(f"--export-format: the database holds no target for drafter job {job[:12]}; the speculators "
+                        "format names the target it drafts for (export as eagle3)")
+    return name
+
+
+def check_options(engine: str, version: str | None, method: str | None, export_format: str, path: str | None) -> None:
+    """Refuse, before anything is read or stored, options this engine release cannot serve."""
+    if export_format not in EXPORT_FORMATS:
+        raise UserError(f"--export-format: {export_format!r}; use one of {', '.join(EXPORT_FORMATS)}")
+    if export_format == "speculators" and engine != "vllm":
+        raise UserError(f"--export-format: {engine} does not read the speculators format; use eagle3")
+    _check_method(method)
+    try:
+        engines.check_version(engine, version)
+        if method is not None:  # what the release refuses for this method, whatever the depth
+            engines.emit(engine, [(1, 1, 1)], model=path or "drafter", method=method, version=version)
+    except engines.EngineVersionError as exc:
+        raise UserError(f"{exc.option}: {exc}") from None
+
+
+def _check_method(method: str | None) -> None:
+    if method is not None and method not in METHODS:
+        raise UserError(f"--method: {method!r} is not a method specfleet's drafters are served as; "
+                        f"use one of {', '.join(METHODS)}")
+
+
+def _trained(store, row: dict):
+    """The row's recorded drafter training result, even when its checkpoint is not on this machine."""
+    from pipeline.run.record import finished
+
+    job = row.get("drafter_job_hash")
+    return finished(store, "train_drafter", job, files_here=False) if job else None
+
+
+def _family(trained):
+    from workers.drafters.registry import family_of  # torch, only when a family is needed
+
+    try:
+        return family_of(trained.family)
+    except ValueError as exc:
+        raise UserError(f"--drafter-path: {exc}; name the drafter's path") from None
+
+
+def _method_of(trained, given: str) -> str:
+    """The method a named drafter is served as: its recorded family's when this release knows
+    it, else what the folder's config says."""
+    from workers.drafters.registry import FAMILIES, family_of
+
+    if trained is not None and trained.family in FAMILIES:
+        return family_of(trained.family).method
+    config = Path(given).expanduser() / "config.json"
+    if not config.is_file():
+        raise UserError(f"--method: cannot tell what {given} is (no recorded drafter, no local config.json); "
+                        f"name it: {' or '.join(METHODS)}")
+    try:
+        fields = json.loads(config.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"--drafter-path: {config} is not valid JSON ({exc})") from None
+    if not isinstance(fields, dict):
+        raise UserError(f"--drafter-path: {config} is not a model config (a JSON object)")
+    kind = fields.get("speculators_model_type")
+    if kind is not None and kind != "eagle3":
+        raise UserError(f"--drafter-path: {given} is a speculators {kind!r} model; specfleet serves eagle3 heads "
+                        "and draft models")
+    eagle = kind == "eagle3" or "draft_vocab_size" in fields \
+        or "eagle" in json.dumps(fields.get("architectures", [])).lower()
+    return "eagle3" if eagle else "draft_model"
+
+
+def render(engine: str, schedule: list[tuple[int, int, int]], *, model: str, method: str,
+           version: str | None = None, config_dir: Path | None = None,
+           draft_sampling: str | None = None, tree=None) -> engines.Emitted:
+    """The engine config for one release (default: its current one), with the draft tree in place of
+    the chain where that release runs it. Files it names (SGLang's adaptive steps) are written to
+    `config_dir`, whole or not at all."""
+    check_schedule(schedule)
+    if max(k for _, _, k in schedule) == 0 and not tree:
+        raise UserError("--engine: speculation does not pay for this pairing on this hardware (depth 0 "
+                        "at every batch size); serve without a drafter")
+    if engine not in engines.ENGINES:
+        raise UserError(f"--engine: unknown engine {engine!r}; use one of {', '.join(engines.ENGINES)}")
+    folder = (config_dir or Path(".")).resolve()
+    try:
+        out = engines.emit(engine, schedule, model=model, method=method, version=version, config_dir=str(folder),
+                           draft_sampling=draft_sampling, tree=tree)
+    except engines.EngineVersionError as exc:
+        raise UserError(f"{exc.option}: {exc}") from None
+    for name, text in out.files.items():
+        write_file(folder / name, text)
+    return out
+
+
+def from_metrics(store, sources: list[str], *, model_name: str | None, drafter: str, cost_ratio: float | None,
+                 hardware: str | None, temperature: float, code_version: str) -> tuple[dict, str]:
+    """Production acceptance -> a new active 'production' tuned config. Returns (row, drift report)."""
+    from pipeline.core.choice import choose_depth
+    from pipeline.autotune.prod_metrics import parse_counters, production_curve, read_source, window
+
+    if not 1 <= len(sources) <= 2:
+        raise UserError("--from-metrics: give one scrape (totals since start) or two (a window)")
+    scrapes = [parse_counters(read_source(s), model_name) for s in sources]
+    counters = window(*scrapes) if len(scrapes) == 2 else scrapes[0]
+    target = counters.model_name or model_name
+    if not target:
+        raise UserError("--model: the metrics carry no model_name label; name the target")
+    curve = production_curve(counters, temperature=temperature)
+    offline = [r for r in store.best(target=target, drafter=drafter)
+               if r["source"] == "offline" and hardware in (None, r["hardware"])]
+    pass_cost, cost_note = None, f"Leviathan's model at c = {cost_ratio}"
+    given_ratio = cost_ratio is not None
+    hardware = hardware or (offline[0]["hardware"] if offline else None)  # the offline choice's, if any
+    if cost_ratio is None:
+        if not offline:
+            raise UserError(f"--cost-ratio: no stored cost table for {target}/{drafter}; give the ratio")
+        cost_ratio = offline[0]["cost_ratio"]
+        curve, pass_cost, cost_note = _timed_passes(offline[0], curve, cost_ratio)
+    choice = choose_depth(curve, cost_ratio, pass_cost=pass_cost)
+    if given_ratio or not offline:
+        schedule, schedule_note = None, "one depth for every batch size (a given cost ratio has no batch-size costs)"
+    else:
+        schedule, schedule_note = _batch_schedule(store, offline[0], curve, choice.depth)
+    version = store.add_production_config(
+        target=target, drafter=drafter, hardware=hardware or "production", condition=curve.condition,
+        temperature=temperature, depth=choice.depth, accept_len=choice.accept_len, speedup=choice.speedup,
+        cost_ratio=cost_ratio, code_version=code_version, decode_accept_len=choice.decode_accept_len,
+        cost_model=choice.cost_model, pass_cost=list(pass_cost) if pass_cost is not None else None,
+        schedule=[list(r) for r in schedule] if schedule else None,
+        notes=f"from {int(counters.num_drafts)} verified drafts of {len(curve.survival)} positions; {cost_note}; "
+              f"{schedule_note}",
+    )
+    row = {"target": target, "drafter": drafter, "depth": choice.depth,
+           "schedule": [list(r) for r in schedule] if schedule else None, "version": version}
+    return row, f"{_drift_report(store, target, drafter, curve)}; {schedule_note}"
+
+
+def _batch_schedule(store, offline: dict, curve, depth: int) -> tuple[list | None, str]:
+    """(schedule or None, what was done): the depth per batch size re-derived from production
+    acceptance and the batch-size costs the offline choice was profiled with, over the batch
+    sizes the offline schedule covered. Batch size 1 keeps the production choice."""
+    from pipeline.core.choice import depth_per_batch
+    from pipeline.core.schedule import schedule_from_choices
+    from pipeline.run.record import finished
+
+    profiled = finished(store, "profile_cost", offline["cost_job_hash"]) if offline.get("cost_job_hash") else None
+    cost = profiled.cost if profiled is not None else None
+    if cost is None or not cost.draft_ms_by_batch:
+        note = "one depth for every batch size (the offline choice profiled no batch sizes)"
+        if offline.get("schedule"):
+            note = "one depth for every batch size: the offline schedule's batch-size costs are not in the database"
+        return None, note
+    depths = depth_per_batch(curve, cost, first=depth)
+    top = max([max(depths)] + [hi for _, hi, _ in offline.get("schedule") or []])
+    schedule = schedule_from_choices(depths, top)
+    return schedule, "batch schedule re-derived from the offline batch-size costs: " + ", ".join(
+        f"{lo}-{hi}: k={k}" for lo, hi, k in schedule)
+
+
+def _timed_passes(row: dict, curve, cost_ratio: float):
+    """(curve, pass_cost, note): the pass costs the offline choice used, as stored with its tuned
+    config; depths beyond those timed are dropped. Leviathan's model at the stored ratio when the
+    offline choice used that (or recorded no cost model)."""
+    pass_cost = row.get("pass_cost")
+    if row.get("cost_model") != "timed" or not pass_cost or len(pass_cost) < 2:
+        return curve, None, f"Leviathan's model at the stored c = {cost_ratio:.3f}"
+    depth = min(curve.max_depth, len(pass_cost) - 1)
+    cut = dataclasses.replace(curve, cond_accept=curve.cond_accept[:depth], survival=curve.survival[:depth],
+                              accept_len=curve.accept_len[: depth + 1])
+    return cut, list(pass_cost[: depth + 1]), "the offline choice's timed engine iterations"
+
+
+def _drift_report(store, target: str, drafter: str, curve) -> str:
+    """How far production survival has moved from the offline curve, per depth both have."""
+    rows = store.curve_rows(target=target, drafter=drafter)
+    offline = {r["depth"]: r["survival"] for r in rows if r["temperature"] == min(x["temperature"] for x in rows)} \
+        if rows else {}
+    if not offline:
+        return f"no offline curve for {target}/{drafter}: nothing to compare production with"
+    diffs = [(j, s - offline[j]) for j, s in enumerate(curve.survival, start=1) if j in offline]
+    worst = max(diffs, key=lambda d: abs(d[1]))
+    text = ", ".join(f"j={j}: {d:+.3f}" for j, d in diffs)
+    return f"production survival minus offline: {text} (largest at depth {worst[0]})"

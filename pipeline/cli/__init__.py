@@ -1,0 +1,1 @@
+"""The `specfleet` command line: `main` holds the commands, `common` what they share, `results` the commands that show results."""

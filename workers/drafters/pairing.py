@@ -1,0 +1,12 @@
+"""A job's pairing loaded onto a worker: its target, tokenizer, drafter family and drafter."""
+from __future__ import annotations
+
+from workers.drafters.registry import family_of
+from workers.models.loading import load_target
+
+
+def load_pairing(target_ref, drafter_spec, inputs: dict, device):
+    """(target, tokenizer, family, drafter) of a job's pairing, from its config and inputs."""
+    target, tokenizer = load_target(target_ref, inputs.get("target"), device)
+    family = family_of(drafter_spec.kind)
+    return target, tokenizer, family, family.load(drafter_spec, inputs.get("drafter"), target)

@@ -1,0 +1,1 @@
+"""The standalone family: an independent small causal LM that shares the target's tokenizer."""

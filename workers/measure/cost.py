@@ -1,0 +1,167 @@
+"""Cost profiling on the worker's own device: drafter step, target decode and verify, engine iteration.
+
+All three are timed against a cached context of `context_len` tokens (the KV cache is built
+once and cropped back after every timed call), warm-up calls excluded, median of repeats.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from pipeline.core.types import CostProfile
+from workers.runtime.device import hardware_id
+from workers.models.features import cached_forward_states, tree_forward_states
+
+
+def _interleaved_medians(fns: dict, *, warmup: int, repeats: int, device: torch.device) -> dict[str, float]:
+    """Median milliseconds of each call, timed in alternating rounds.
+
+    Alternating means a burst of load from a neighbour on the machine hits every measurement
+    alike instead of inflating one of them, so the ratio between them stays honest.
+    """
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times[name].append((time.perf_counter() - t0) * 1000.0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+@torch.no_grad()
+def profile_cost(*, target, drafter, family, context_len: int, max_depth: int, warmup: int, repeats: int,
+                 seed: int, batch_sizes: tuple[int, ...] = (1,), tree_budget: int = 0) -> CostProfile:
+    """Per batch size B: one drafter step, and target passes over k+1 new tokens for k = 0..max_depth
+    (k = 0 is plain decoding), each for B sequences against a cached context of context_len.
+    With a tree budget, also the target over m = 1..max(tree_budget, max_depth) + 1 new tokens under
+    a tree attention mask (the chain of every depth is costed as a tree too), one drafter pass over
+    w = 1..tree_budget tree nodes per sequence (both timed at `timed_sizes`, the sizes between read
+    off a straight line), and at batch size 1 the tree engine's iteration.
+    `family` (workers/drafters/registry.py) knows how to time a step of `drafter` and how it proposes."""
+    device = next(target.parameters()).device
+    dtype = next(target.parameters()).dtype
+    draft_by_b, verify_by_b, tree_verify, tree_draft = [], [], [], []
+    for b in batch_sizes:
+        ms = _profile_batch(target, drafter, family, b, context_len, max_depth, warmup, repeats, seed, device,
+                            tree_budget)
+        draft_by_b.append(ms.pop("draft_ms"))
+        verify_by_b.append(tuple(ms[f"verify_{k}"] for k in range(max_depth + 1)))
+        if tree_budget:
+            tree_verify.append(filled({m: ms[f"tree_verify_{m}"] for m in timed_sizes(max(tree_budget, max_depth) + 1)}))
+            tree_draft.append(filled({w: ms[f"tree_draft_{w}"] for w in timed_sizes(tree_budget)}))
+    one = list(batch_sizes).index(1)
+    passes = engine_pass_ms(target, family.proposer(drafter), context_len, max_depth, warmup, repeats, seed,
+                            device)
+    tree_passes = engine_pass_ms(target, family.proposer(drafter), context_len, max_depth, warmup, repeats, seed,
+                                 device, trees=True) if tree_budget else []
+    return CostProfile(
+        hardware=hardware_id(device, dtype), draft_ms=draft_by_b[one], decode_ms=verify_by_b[one][0],
+        verify_ms=verify_by_b[one][-1], batch_sizes=tuple(batch_sizes), draft_ms_by_batch=tuple(draft_by_b),
+        verify_ms_by_batch=tuple(verify_by_b), pass_ms=tuple(passes), tree_verify_ms_by_batch=tuple(tree_verify),
+        tree_draft_ms_by_batch=tuple(tree_draft), tree_pass_ms=tuple(tree_passes),
+    )
+
+
+DENSE = 8  # sizes up to this are all timed; above it, four sizes per doubling
+
+
+def timed_sizes(largest: int) -> list[int]:
+    """The sizes 1..largest that are timed: every size up to DENSE, then 10, 12, 14, 16, 20, 24, 28,
+    32, 40, ..., and `largest`. Small passes are where the cost bends (flat while the device is
+    idle, then rising); past that it grows smoothly, so a budget of 64 costs 21 timed sizes, not 65."""
+    sizes, step = list(range(1, min(largest, DENSE) + 1)), DENSE // 4
+    size = DENSE
+    while size + step < largest:
+        size += step
+        sizes.append(size)
+        if size & (size - 1) == 0:  # a power of two: the next doubling takes steps twice as long
+            step *= 2
+    return sizes + [largest] if sizes[-1] != largest else sizes
+
+
+def filled(times: dict[int, float]) -> tuple[float, ...]:
+    """Milliseconds for every size 1..max(times), straight lines between the timed sizes."""
+    sizes = sorted(times)
+    out = []
+    for lo, hi in zip(sizes, sizes[1:]):
+        out += [times[lo] + (times[hi] - times[lo]) * (m - lo) / (hi - lo) for m in range(lo, hi)]
+    return tuple(out + [times[sizes[-1]]])
+
+
+PASSES_PER_CALL = 4
+
+
+def engine_pass_ms(target, proposer, context_len: int, max_depth: int, warmup: int, repeats: int, seed: int,
+                   device, trees: bool = False) -> list[float]:
+    """Milliseconds of one iteration of the real engine at batch size 1, for k = 0..max_depth; with
+    `trees`, of the tree engine drafting the chain of k as a tree (workers/decoding/tree_engine.py).
+
+    Each call decodes a few tokens greedily after a random context of context_len tokens; its
+    decoding time over its target passes is one sample (the prefill is not timed), and the
+    median over repeats, depths interleaved, is the figure. An iteration costs about the same
+    whatever is accepted, so random text times it as well as real text does, overheads included.
+    """
+    from pipeline.core.trees import chain_tree
+    from workers.decoding.chain import generate
+    from workers.decoding.tree_engine import generate_tree
+
+    def run(k: int, timing: dict):
+        if trees:
+            generate_tree(target, proposer, ctx, max_new=PASSES_PER_CALL + 1, tree=chain_tree(k), temperature=0.0,
+                          timing=timing)
+        else:
+            generate(target, proposer, ctx, max_new=PASSES_PER_CALL + 1, depth=k, temperature=0.0, timing=timing)
+
+    vocab = target.get_output_embeddings().weight.shape[0]
+    ctx = torch.randint(3, vocab, (1, context_len), generator=torch.Generator().manual_seed(seed)).to(device)
+    samples: list[list[float]] = [[] for _ in range(max_depth + 1)]
+    for r in range(warmup + repeats):
+        for k in range(max_depth + 1):
+            timing: dict = {}
+            run(k, timing)
+            if r >= warmup:
+                samples[k].append(timing["decode_s"] * 1000.0 / timing["passes"])
+    return [statistics.median(s) for s in samples]
+
+
+def _profile_batch(target, drafter, family, batch: int, context_len, max_depth, warmup, repeats, seed, device,
+                   tree_budget: int = 0):
+    vocab = target.get_output_embeddings().weight.shape[0]
+    gen = torch.Generator().manual_seed(seed)
+    ctx = torch.randint(3, vocab, (batch, context_len), generator=gen).to(device)  # [B, L]
+    new = torch.randint(3, vocab, (batch, max(max_depth, tree_budget) + 1), generator=gen).to(device)  # [B, k+1]
+    _, cache, _ = cached_forward_states(target, ctx, last_only=True)  # the cache is what is timed against
+
+    def target_call(n_tokens: int):
+        def run():
+            cached_forward_states(target, new[:, :n_tokens], cache)
+            cache.crop(-n_tokens)  # drop what the timed call appended (negative: works on old and new transformers)
+
+        return run
+
+    def tree_call(n_tokens: int):
+        mask = torch.ones(n_tokens, n_tokens, dtype=torch.bool).tril()  # a chain-shaped tree: what is timed is the size
+        positions = torch.arange(context_len, context_len + n_tokens, device=device).expand(batch, -1)
+
+        def run():
+            tree_forward_states(target, new[:, :n_tokens], positions, mask, cache)
+            cache.crop(-n_tokens)
+
+        return run
+
+    calls = {"draft_ms": family.step_timer(drafter, target, ctx, context_len)}
+    calls.update({f"verify_{k}": target_call(k + 1) for k in range(max_depth + 1)})
+    if tree_budget:
+        calls.update({f"tree_verify_{m}": tree_call(m) for m in timed_sizes(max(tree_budget, max_depth) + 1)})
+        calls.update({f"tree_draft_{w}": run for w, run in
+                      family.level_timers(drafter, target, ctx, context_len, timed_sizes(tree_budget)).items()})
+    return _interleaved_medians(calls, warmup=warmup, repeats=repeats, device=device)

@@ -1,0 +1,160 @@
+"""Acceptance-versus-depth measurement: many chains per prompt, one target pass per chain.
+
+For each held-out prompt the target first continues the text itself (greedy at temperature
+0, sampled otherwise), so every chain starts right after a token the target emitted, as in
+real decoding. A chain starting at position c drafts `max_depth` tokens; ONE target pass over
+prefix + drafts scores all of them, which gives accept_len(k) for every k <= max_depth.
+Each evaluation condition (prompt format or drafter noise) and temperature gives one curve;
+EAGLE drafters also yield drift diagnostics from the same drafting passes.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import torch
+
+from pipeline.core.acceptance import curve_from_accepted, curve_from_sampled, decode_walk, walk_accept_len
+from pipeline.core.trees import rank_path
+from workers.models.features import cached_forward_states, extend_logits
+from workers.measure.noise import Noise, parse_noise
+from workers.data.prompts import build_prompts
+from workers.decoding.sampling import drafting_temperature, one_hot_q, sample
+
+
+@torch.no_grad()
+def continue_text(target, ids: torch.Tensor, n_new: int, temperature: float, gen: torch.Generator | None):
+    """The target's own continuation, with its KV cache. ids: [B, P] -> [B, P + n_new]."""
+    logits, cache, _ = cached_forward_states(target, ids)
+    seq = ids
+    for _ in range(n_new):
+        nxt = sample(logits[:, -1].float(), temperature, gen)  # [B]
+        seq = torch.cat([seq, nxt[:, None]], dim=1)
+        logits, cache, _ = cached_forward_states(target, nxt[:, None], cache)
+    return seq
+
+
+@torch.no_grad()
+def verify_chains(target, seq: torch.Tensor, starts: list[int], drafts: torch.Tensor, max_tokens: int = 16384,
+                  max_logits: int = 2**28):
+    """ONE target pass per chain over seq[:c+2] + its drafts. seq: [1, L], drafts: [N, depth].
+
+    Every chain's row begins with seq[:starts[0] + 1] (the prompt, at least): that prefix is run
+    once and its KV cache shared, so each chain costs only its own tokens after it (on a real
+    target with a long prompt, most of the work). The rows after the prefix are right-padded (the
+    attention mask keeps the padding out). A batch of chains stays within max_tokens tokens and
+    max_logits logits (every position's are computed: 1 GiB of float32 by default, whatever the
+    vocabulary). starts must increase. Returns target logits [N, depth, V]: entry j scores draft j+1.
+    """
+    if any(b <= a for a, b in zip(starts, starts[1:])):
+        raise ValueError("chain starts must increase")
+    depth = drafts.shape[-1]
+    vocab = target.get_output_embeddings().weight.shape[0]
+    base = starts[0] + 1
+    _, prefix, _ = cached_forward_states(target, seq[:, :base])
+    out = []
+    lo = 0
+    while lo < len(starts):
+        hi = lo + 1  # chains in one batch: their rows (prefix included) within max_tokens
+        while hi < len(starts) and (hi - lo + 1) * (starts[hi] + 2 + depth) <= max_tokens \
+                and (hi - lo + 1) * (starts[hi] + 2 + depth - base) * vocab <= max_logits:
+            hi += 1
+        rows = [torch.cat([seq[0, base: starts[n] + 2], drafts[n]]) for n in range(lo, hi)]
+        width = max(r.numel() for r in rows)
+        ids = torch.zeros(hi - lo, width, dtype=torch.long, device=seq.device)
+        mask = torch.zeros(hi - lo, base + width, dtype=torch.long, device=seq.device)
+        mask[:, :base] = 1
+        for r, row in enumerate(rows):
+            ids[r, : row.numel()], mask[r, base: base + row.numel()] = row, 1
+        cache = copy.deepcopy(prefix)
+        cache.batch_repeat_interleave(hi - lo)
+        positions = torch.arange(base, base + width, device=seq.device).expand(hi - lo, -1)
+        logits = extend_logits(target, ids, mask, positions, cache)  # [n, width, V]
+        # row r's last depth + 1 tokens are its last real token and its drafts: the first depth score drafts
+        ends = torch.tensor([row.numel() for row in rows], device=seq.device)
+        at = ends[:, None] - (depth + 1) + torch.arange(depth, device=seq.device)[None, :]  # [n, depth]
+        out.append(logits.gather(1, at[..., None].expand(-1, -1, logits.shape[-1])).float())
+        lo = hi
+    return torch.cat(out)
+
+
+def measure_curves(*, target, drafter, family, tokenizer, evaluation, seed: int):
+    """One (Curve, diagnostics rows, per-prompt survival sums, per-prompt decode walks, per-prompt rank
+    paths) per (condition, temperature). A rank path (pipeline/core/trees.py) holds, for one chain
+    start, the rank of the target's own token in the drafter's proposals at each step, up to the
+    first past evaluation.tree_topk; none when tree_topk is 0. `family` (workers/drafters/registry.py) drafts the chains of `drafter`; `evaluation` is the
+    spec's evaluation section."""
+    results = []
+    for condition in evaluation.conditions:
+        prompts = build_prompts(tokenizer, corpus=evaluation.corpus, condition=condition,
+                                num_prompts=evaluation.num_prompts, prompt_len=evaluation.prompt_len,
+                                long_context_len=evaluation.long_context_len, seed=seed,
+                                answer_prefix=evaluation.answer_prefix, prompts_file=evaluation.prompts)
+        for temp in evaluation.temperatures:
+            gen = torch.Generator().manual_seed(seed)
+            chains = family.chains(drafter, target, evaluation.max_depth)
+            results.append(_measure(target, chains, prompts, evaluation, condition, temp, gen))
+    return results
+
+
+def _measure(target, chains, prompts, evaluation, condition, temp, gen):
+    depth, n_cont = evaluation.max_depth, evaluation.continuation_len
+    device = next(target.parameters()).device
+    noise_spec = parse_noise(condition)
+    noise = Noise(*noise_spec, gen) if noise_spec else None
+    # the ranking passes draw their own noise, so the chains' draws stay what they were without them
+    rank_noise = Noise(*noise_spec, torch.Generator().manual_seed(0)) if noise_spec else None
+    rank_paths = []  # per prompt, one rank path per chain start
+    accepted, ratios, alphas = [], [], []
+    per_prompt = []  # [chains, sum of survival[1..K]] per prompt: what a bootstrap over prompts resamples
+    walks = []  # per prompt, [tokens, passes] of decoding at k = 0..K over its chain starts (decode_walk)
+    walk_gen = torch.Generator().manual_seed(int(torch.randint(2**31, (), generator=gen))) if temp > 0 else None
+    draft_temp = drafting_temperature(temp, evaluation.draft_sampling)
+    for prompt in prompts:
+        p_len = prompt.numel()
+        seq = continue_text(target, prompt[None].to(device), n_cont + depth, temp, gen)  # [1, P + G + K]
+        starts = list(range(p_len - 1, p_len - 1 + n_cont))  # chain c starts after target token c+1
+        chain_drafts, q_logits = chains.draft(seq, starts, draft_temp, gen, noise)  # [N, K], [N, K, V]
+        p_logits = verify_chains(target, seq, starts, chain_drafts)  # [N, K, V]
+        if evaluation.tree_topk:
+            ranks = chains.ranks(seq, starts, rank_noise).tolist()
+            rank_paths.append([rank_path(r, evaluation.tree_topk) for r in ranks])
+        if temp == 0:
+            ok = (p_logits.argmax(-1) == chain_drafts).int()
+            mine = ok.cumprod(dim=1).sum(dim=1).tolist()
+            accepted += mine
+            one = curve_from_accepted(mine, depth, condition=condition, temperature=temp)
+            per_prompt.append([len(mine), *(x * len(mine) for x in one.survival)])
+            walks.append([list(decode_walk(mine, k)) for k in range(depth + 1)])
+            continue
+        # q as the verifier sees it: the drafter's distribution, or one-hot on greedy drafts
+        q = torch.softmax(q_logits / temp, dim=-1) if draft_temp > 0 else one_hot_q(chain_drafts, q_logits.shape[-1])
+        p = torch.softmax(p_logits / temp, dim=-1)
+        my_alphas = torch.minimum(p, q).sum(-1).clamp(max=1.0).tolist()
+        picked = chain_drafts[..., None]
+        my_ratios = (p.gather(-1, picked) / q.gather(-1, picked)).squeeze(-1).clamp(max=1.0).tolist()
+        alphas += my_alphas
+        ratios += my_ratios
+        one = curve_from_sampled(my_ratios, my_alphas, condition=condition, temperature=temp)
+        per_prompt.append([len(my_alphas), *(x * len(my_alphas) for x in one.survival)])
+        # what a decoder's accept/reject would keep, WALK_DRAWS times; an approximation at T > 0: the
+        # text after a rejection is the target's sample here, a residual draw in a decoder
+        draws = [[_accepted_draws(r, walk_gen) for r in my_ratios] for _ in range(WALK_DRAWS)]
+        walks.append([[sum(x) for x in zip(*(decode_walk(d, k) for d in draws))] for k in range(depth + 1)])
+    if temp == 0:
+        curve = curve_from_accepted(accepted, depth, condition=condition, temperature=temp)
+    else:
+        curve = curve_from_sampled(ratios, alphas, condition=condition, temperature=temp)
+    curve = dataclasses.replace(curve, decode_accept_len=tuple(walk_accept_len(walks)))
+    return curve, chains.diagnostics(), per_prompt, walks, rank_paths
+
+
+WALK_DRAWS = 8
+
+
+def _accepted_draws(ratios: list[float], gen) -> int:
+    """Drafts a decoder keeps: draft j survives with probability ratios[j] while all before it did."""
+    n = 0
+    while n < len(ratios) and float(torch.rand((), generator=gen)) < ratios[n]:
+        n += 1
+    return n
