@@ -1,6 +1,7 @@
 """A database connection whose reads and writes ride out a brief outage: each body runs in one
 session (one transaction for a write), retried with backoff while the database is unreachable,
 never when it refuses the write or its schema is not this version's."""
+
 from __future__ import annotations
 
 import logging
@@ -70,14 +71,18 @@ class Connected:
                 raise StoreError(f"{action} refused by {self.url}: {one_line(error)}") from error
             except (OperationalError, InterfaceError, ProgrammingError) as error:
                 if _is_schema_error(error):
-                    raise StoreError(f"{action}: the schema of database {self.url} does not match this specfleet "
-                                     f"version (a table or column is missing): {one_line(error)}") from error
+                    raise StoreError(
+                        f"{action}: the schema of database {self.url} does not match this specfleet "
+                        f"version (a table or column is missing): {one_line(error)}"
+                    ) from error
                 if isinstance(error, ProgrammingError):
                     raise
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise StoreError(f"{action}: database {self.url} unavailable for {self.retry_s:g} s "
-                                     f"(--retry-s, SPECFLEET_DB_RETRY_S): {one_line(error)}") from error
+                    raise StoreError(
+                        f"{action}: database {self.url} unavailable for {self.retry_s:g} s "
+                        f"(--retry-s, SPECFLEET_DB_RETRY_S): {one_line(error)}"
+                    ) from error
                 wait = min(delay, remaining)
                 log.warning("%s: database %s: %s; retrying in %.2f s", action, self.url, one_line(error), wait)
                 time.sleep(wait)
@@ -91,4 +96,6 @@ _PG_SCHEMA = ("42P01", "42703")  # SQLSTATE undefined_table, undefined_column
 def _is_schema_error(error: OperationalError | InterfaceError | ProgrammingError) -> bool:
     """A table or column the database lacks (SQLite says so in an OperationalError's text,
     PostgreSQL by its SQLSTATE): waiting never fixes it."""
-    return getattr(error.orig, "sqlstate", None) in _PG_SCHEMA or any(text in str(error.orig) for text in _SQLITE_SCHEMA)
+    return getattr(error.orig, "sqlstate", None) in _PG_SCHEMA or any(
+        text in str(error.orig) for text in _SQLITE_SCHEMA
+    )

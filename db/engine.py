@@ -1,4 +1,5 @@
 """Turn a database URL into a ready engine: driver chosen, folder created, schema upgraded."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,8 +9,8 @@ from sqlalchemy import URL, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from db.errors import StoreError, one_line
-from db.secrets import mask_secrets
 from db.migrate import upgrade_to_head
+from db.secrets import mask_secrets
 
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 PG_SCHEME = "postgresql+psycopg"
@@ -21,7 +22,7 @@ def normalize_url(url: str) -> str:
     """Send bare PostgreSQL URLs (as Heroku-style services hand them out) to psycopg 3."""
     for prefix in ("postgres://", "postgresql://"):
         if url.startswith(prefix):
-            return f"{PG_SCHEME}://{url[len(prefix):]}"
+            return f"{PG_SCHEME}://{url[len(prefix) :]}"
     return url
 
 
@@ -49,9 +50,7 @@ def _create_engine(url: URL) -> Engine:
     if backend not in SUPPORTED_BACKENDS:
         raise ArgumentError(f"unsupported backend {backend!r}, use sqlite or postgresql")
     if backend == "postgresql":
-        return create_engine(
-            url, pool_pre_ping=True, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S}
-        )
+        return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S})
     _make_parent_folder(url.database)
     # the driver's timeout is SQLite's busy timeout: a writer waits this long for another's lock
     engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})

@@ -1,4 +1,5 @@
 """The one exception the db package raises for its callers to handle."""
+
 from __future__ import annotations
 
 from db.secrets import mask_secrets

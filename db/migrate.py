@@ -2,6 +2,7 @@
 
 The migrations folder ships inside the package, so no alembic.ini is needed at runtime.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

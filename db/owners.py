@@ -4,6 +4,7 @@ An owner id is HOST:PID:RANDOM. A driver holds the jobs it claimed under a lease
 lease that ran out, or one whose process on this host is gone, can be taken over by another
 driver (db/store.py `claim`).
 """
+
 from __future__ import annotations
 
 import os

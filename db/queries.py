@@ -1,4 +1,5 @@
 """Read-only queries behind the store's reporting methods; each returns plain dicts."""
+
 from __future__ import annotations
 
 import json
@@ -38,14 +39,39 @@ TUNED_KEYS = (
     "mlflow_run_id",
 )
 # Keys a tuned config may carry besides TUNED_KEYS (each may be None).
-TUNED_OPTIONAL_KEYS = ("schedule", "curve_job_hash", "cost_job_hash", "drafter_job_hash", "decode_accept_len",
-                       "cost_model", "pass_cost", "draft_sampling", "tree", "tree_decode_accept_len", "tree_speedup",
-                       "tree_chain_speedup", "tree_all_batches")
+TUNED_OPTIONAL_KEYS = (
+    "schedule",
+    "curve_job_hash",
+    "cost_job_hash",
+    "drafter_job_hash",
+    "decode_accept_len",
+    "cost_model",
+    "pass_cost",
+    "draft_sampling",
+    "tree",
+    "tree_decode_accept_len",
+    "tree_speedup",
+    "tree_chain_speedup",
+    "tree_all_batches",
+)
 # One active tuned-config version per workload; "condition" is the workload's traffic.
 WORKLOAD_KEYS = ("target", "drafter", "hardware", "condition")
-_VERSION_KEYS = ("version", "active", "source", "curve_job_hash", "cost_job_hash",
-                 "drafter_job_hash", "notes", "decode_accept_len", "cost_model", "draft_sampling",
-                 "tree_decode_accept_len", "tree_speedup", "tree_chain_speedup", "tree_all_batches")
+_VERSION_KEYS = (
+    "version",
+    "active",
+    "source",
+    "curve_job_hash",
+    "cost_job_hash",
+    "drafter_job_hash",
+    "notes",
+    "decode_accept_len",
+    "cost_model",
+    "draft_sampling",
+    "tree_decode_accept_len",
+    "tree_speedup",
+    "tree_chain_speedup",
+    "tree_all_batches",
+)
 BEST_KEYS = (*TUNED_KEYS[1:], "created_at", *_VERSION_KEYS, "schedule", "pass_cost", "tree", "job_hash")
 
 
@@ -85,9 +111,7 @@ def _pairing_filter(
     return statement
 
 
-def best_configs(
-    session: Session, *, target: str | None, drafter: str | None, history: bool
-) -> list[dict]:
+def best_configs(session: Session, *, target: str | None, drafter: str | None, history: bool) -> list[dict]:
     """The active version per workload, or with ``history`` every version, newest first.
 
     Sorted by target, drafter, hardware, condition, then version from the newest.
@@ -97,9 +121,7 @@ def best_configs(
         TunedConfig,
         target,
         drafter,
-    ).order_by(
-        *(getattr(TunedConfig, key) for key in WORKLOAD_KEYS), TunedConfig.version.desc()
-    )
+    ).order_by(*(getattr(TunedConfig, key) for key in WORKLOAD_KEYS), TunedConfig.version.desc())
     if not history:
         statement = statement.where(TunedConfig.active)
     return [_best_dict(row, job_hash) for row, job_hash in session.execute(statement)]
@@ -128,13 +150,17 @@ def _measured_rows(
 ) -> list[dict]:
     """Rows of a table of measured values (MeasuredAt) for a pairing, as dicts of ``keys`` plus
     the job's hash, sorted by the columns named in ``order``; ``where``: further conditions."""
-    statement = _pairing_filter(
-        select(model, Job.job_hash).join(Job, Job.id == model.job_id),
-        model,
-        target,
-        drafter,
-        condition,
-    ).where(*where).order_by(*(getattr(model, column) for column in order))
+    statement = (
+        _pairing_filter(
+            select(model, Job.job_hash).join(Job, Job.id == model.job_id),
+            model,
+            target,
+            drafter,
+            condition,
+        )
+        .where(*where)
+        .order_by(*(getattr(model, column) for column in order))
+    )
     return [
         {**{key: getattr(row, key) for key in keys}, "job_hash": job_hash}
         for row, job_hash in session.execute(statement)
@@ -148,14 +174,18 @@ def curve_points(
     keeps the curves over every prompt, None every curve."""
     order = ("target", "drafter", "condition", "temperature", "job_id", "category", "depth")
     where = () if category is None else (CurvePoint.category == category,)
-    return _measured_rows(session, CurvePoint, CURVE_KEYS, order,
-                          target=target, drafter=drafter, condition=condition, where=where)
+    return _measured_rows(
+        session, CurvePoint, CURVE_KEYS, order, target=target, drafter=drafter, condition=condition, where=where
+    )
 
 
 def category_depths(session: Session, job_ids: list[int]) -> dict[int, list[dict]]:
     """The per-category depths of these select jobs, by job id, categories sorted."""
-    statement = select(CategoryDepth).where(CategoryDepth.job_id.in_(job_ids)).order_by(
-        CategoryDepth.job_id, CategoryDepth.category)
+    statement = (
+        select(CategoryDepth)
+        .where(CategoryDepth.job_id.in_(job_ids))
+        .order_by(CategoryDepth.job_id, CategoryDepth.category)
+    )
     out: dict[int, list[dict]] = {}
     for row in session.scalars(statement):
         out.setdefault(row.job_id, []).append({key: getattr(row, key) for key in CATEGORY_DEPTH_KEYS})
@@ -167,8 +197,9 @@ def diagnostic_values(
 ) -> list[dict]:
     """Sorted by target, drafter, condition, name, depth; then temperature and job for ties."""
     order = ("target", "drafter", "condition", "name", "depth", "temperature", "job_id")
-    return _measured_rows(session, Diagnostic, DIAGNOSTIC_KEYS, order,
-                          target=target, drafter=drafter, condition=condition)
+    return _measured_rows(
+        session, Diagnostic, DIAGNOSTIC_KEYS, order, target=target, drafter=drafter, condition=condition
+    )
 
 
 def rank_accept_values(session: Session, *, target: str | None, drafter: str | None) -> list[dict]:
@@ -177,20 +208,18 @@ def rank_accept_values(session: Session, *, target: str | None, drafter: str | N
     return _measured_rows(session, RankAccept, RANK_ACCEPT_KEYS, order, target=target, drafter=drafter)
 
 
-def tree_check_values(session: Session, *, target: str | None, drafter: str | None,
-                      chosen_only: bool = False) -> list[dict]:
+def tree_check_values(
+    session: Session, *, target: str | None, drafter: str | None, chosen_only: bool = False
+) -> list[dict]:
     """Sorted by target, drafter, hardware, job, position (0: the chosen tree); `tree` decoded.
     chosen_only: position 0 only."""
     order = ("target", "drafter", "hardware", "job_id", "position")
     where = (TreeCheckPoint.position == 0,) if chosen_only else ()
-    rows = _measured_rows(session, TreeCheckPoint, TREE_CHECK_KEYS, order, target=target, drafter=drafter,
-                          where=where)
+    rows = _measured_rows(session, TreeCheckPoint, TREE_CHECK_KEYS, order, target=target, drafter=drafter, where=where)
     return [{**r, "tree": json.loads(r["tree_json"])} for r in rows]
 
 
-def speedup_checks(
-    session: Session, *, target: str | None, drafter: str | None
-) -> list[dict]:
+def speedup_checks(session: Session, *, target: str | None, drafter: str | None) -> list[dict]:
     """Sorted by target, drafter, hardware, condition, temperature, job, depth."""
     order = ("target", "drafter", "hardware", "condition", "temperature", "job_id", "depth")
     return _measured_rows(session, SpeedupPoint, SPEEDUP_KEYS, order, target=target, drafter=drafter)
@@ -245,8 +274,12 @@ def job_summaries(session: Session, experiment_id: int | None) -> list[dict]:
 
 def experiment_results(session: Session, experiment_id: int) -> list[dict]:
     """The finished jobs of one experiment with their configs and results (parsed JSON), by job id."""
-    statement = (select(Job).join(ExperimentJob, ExperimentJob.job_id == Job.id)
-                 .where(ExperimentJob.experiment_id == experiment_id, Job.status == "done").order_by(Job.id))
+    statement = (
+        select(Job)
+        .join(ExperimentJob, ExperimentJob.job_id == Job.id)
+        .where(ExperimentJob.experiment_id == experiment_id, Job.status == "done")
+        .order_by(Job.id)
+    )
     return [
         {
             "job_hash": job.job_hash,

@@ -1,4 +1,5 @@
 """The store's reads for reports: tuned configs, curves, diagnostics, checks, experiments, jobs."""
+
 from __future__ import annotations
 
 import json
@@ -14,17 +15,17 @@ from db.tables import Job
 
 
 class Reports(Connected):
-    def best(
-        self, *, target: str | None = None, drafter: str | None = None, history: bool = False
-    ) -> list[dict]:
+    def best(self, *, target: str | None = None, drafter: str | None = None, history: bool = False) -> list[dict]:
         """The active tuned-config version per (target, drafter, hardware, condition).
 
         With ``history``, every version, newest first within a workload. Rows have BEST_KEYS;
         ``schedule`` is the parsed [[lo, hi, k], ...] or None, ``job_hash`` None for a
         production version.
         """
+
         def body(session: Session):
             return queries.best_configs(session, target=target, drafter=drafter, history=history)
+
         return self._read(body)
 
     def curve_rows(
@@ -37,10 +38,10 @@ class Reports(Connected):
     ) -> list[dict]:
         """One dict per stored depth, sorted by target, drafter, condition, temperature, depth.
         By default the curves over every prompt; ``category`` one prompt category's, None all."""
+
         def body(session: Session):
-            return queries.curve_points(
-                session, target=target, drafter=drafter, condition=condition, category=category
-            )
+            return queries.curve_points(session, target=target, drafter=drafter, condition=condition, category=category)
+
         return self._read(body)
 
     def with_categories(self, rows: list[dict]) -> list[dict]:
@@ -57,20 +58,24 @@ class Reports(Connected):
     def with_tree_checks(self, rows: list[dict]) -> list[dict]:
         """`best` rows, each with `tree_measured_over_chain`: the chosen tree's tokens/s over the chain's
         in the newest speedup check that ran that tree for the pairing on that hardware (None: none did)."""
+
         def key(row: dict) -> tuple:
             return row["target"], row["drafter"], row["hardware"], json.dumps(row["tree"])
 
         newest = {}  # sorted by job within a pairing and hardware: the newest is written last
-        for check in self._read(lambda session: queries.tree_check_values(session, target=None, drafter=None,
-                                                                          chosen_only=True)):
+        for check in self._read(
+            lambda session: queries.tree_check_values(session, target=None, drafter=None, chosen_only=True)
+        ):
             newest[key(check)] = check["tokens_per_s"] / check["chain_tokens_per_s"]
         return [{**r, "tree_measured_over_chain": newest.get(key(r)) if r.get("tree") else None} for r in rows]
 
     def category_depths(self, job_hashes: Sequence[str]) -> dict[str, list[dict]]:
         """The depth chosen per prompt category by each of these select jobs, by job hash."""
+
         def body(session: Session):
             ids = dict(session.execute(select(Job.id, Job.job_hash).where(Job.job_hash.in_(list(job_hashes)))).all())
             return {ids[job_id]: rows for job_id, rows in queries.category_depths(session, list(ids)).items()}
+
         return self._read(body)
 
     def diagnostic_rows(
@@ -81,10 +86,10 @@ class Reports(Connected):
         condition: str | None = None,
     ) -> list[dict]:
         """DIAGNOSTIC_KEYS plus job_hash, sorted by target, drafter, condition, name, depth."""
+
         def body(session: Session):
-            return queries.diagnostic_values(
-                session, target=target, drafter=drafter, condition=condition
-            )
+            return queries.diagnostic_values(session, target=target, drafter=drafter, condition=condition)
+
         return self._read(body)
 
     def rank_accept_rows(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
@@ -95,20 +100,21 @@ class Reports(Connected):
         """TREE_CHECK_KEYS plus job_hash and the decoded `tree`: every tree a speedup check ran."""
         return self._read(lambda session: queries.tree_check_values(session, target=target, drafter=drafter))
 
-    def speedup_rows(
-        self, *, target: str | None = None, drafter: str | None = None
-    ) -> list[dict]:
+    def speedup_rows(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
         """SPEEDUP_KEYS plus job_hash, one dict per benchmarked depth.
 
         Sorted by target, drafter, hardware, condition, temperature, job, then depth.
         """
+
         def body(session: Session):
             return queries.speedup_checks(session, target=target, drafter=drafter)
+
         return self._read(body)
 
     def experiments(self) -> list[dict]:
         def body(session: Session):
             return queries.experiment_summaries(session)
+
         return self._read(body)
 
     def experiment_results(self, experiment_id: int) -> list[dict]:
@@ -119,4 +125,5 @@ class Reports(Connected):
     def jobs(self, experiment_id: int | None = None) -> list[dict]:
         def body(session: Session):
             return queries.job_summaries(session, experiment_id)
+
         return self._read(body)

@@ -3,6 +3,7 @@
 Each function takes a result type of `pipeline/core` (read through its attributes only) and
 returns the values `Store.mark_done` stores, named as the columns of `db/tables.py`.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,67 +19,141 @@ def curve_rows(target: str, drafter: str, curves: Iterable) -> list[tuple]:
 def curve_points(target: str, drafter: str, curve) -> list[dict]:
     """One row per depth 1..max_depth of a Curve; depth 0 (accept_len 1, no draft) is implied."""
     return [
-        {"target": target, "drafter": drafter, "condition": curve.condition, "temperature": curve.temperature,
-         "depth": depth, "cond_accept": curve.cond_accept[depth - 1], "survival": curve.survival[depth - 1],
-         "accept_len": curve.accept_len[depth],
-         "decode_accept_len": curve.decode_accept_len[depth] if curve.decode_accept_len else None,
-         "category": curve.category}
+        {
+            "target": target,
+            "drafter": drafter,
+            "condition": curve.condition,
+            "temperature": curve.temperature,
+            "depth": depth,
+            "cond_accept": curve.cond_accept[depth - 1],
+            "survival": curve.survival[depth - 1],
+            "accept_len": curve.accept_len[depth],
+            "decode_accept_len": curve.decode_accept_len[depth] if curve.decode_accept_len else None,
+            "category": curve.category,
+        }
         for depth in range(1, curve.max_depth + 1)
     ]
 
 
 def category_depth_rows(target: str, drafter: str, selected) -> list[dict]:
     """One row per prompt category of a select job's result (its `by_category` choices)."""
-    return [{"target": target, "drafter": drafter, "condition": selected.condition,
-             "temperature": selected.temperature, "category": c.category, "prompts": c.prompts,
-             "depth": c.choice.depth, "accept_len": c.choice.accept_len,
-             "decode_accept_len": c.choice.decode_accept_len, "speedup": c.choice.speedup}
-            for c in selected.by_category]
+    return [
+        {
+            "target": target,
+            "drafter": drafter,
+            "condition": selected.condition,
+            "temperature": selected.temperature,
+            "category": c.category,
+            "prompts": c.prompts,
+            "depth": c.choice.depth,
+            "accept_len": c.choice.accept_len,
+            "decode_accept_len": c.choice.decode_accept_len,
+            "speedup": c.choice.speedup,
+        }
+        for c in selected.by_category
+    ]
 
 
 def rank_accept_rows(target: str, drafter: str, curves: Iterable, accepts: Iterable) -> list[dict]:
     """One row per (curve, depth, rank); accepts: per curve, (depth, rank, share) triples
     (pipeline/core/trees.rank_accepts)."""
-    return [{"target": target, "drafter": drafter, "condition": curve.condition, "temperature": curve.temperature,
-             "depth": d, "rank": r, "accept": share}
-            for curve, triples in zip(curves, accepts) for d, r, share in triples]
+    return [
+        {
+            "target": target,
+            "drafter": drafter,
+            "condition": curve.condition,
+            "temperature": curve.temperature,
+            "depth": d,
+            "rank": r,
+            "accept": share,
+        }
+        for curve, triples in zip(curves, accepts)
+        for d, r, share in triples
+    ]
 
 
 def diagnostic_rows(target: str, drafter: str, diagnostics: Iterable) -> list[dict]:
-    return [{"target": target, "drafter": drafter, "condition": d.condition, "temperature": d.temperature,
-             "depth": d.depth, "name": d.name, "value": d.value} for d in diagnostics]
+    return [
+        {
+            "target": target,
+            "drafter": drafter,
+            "condition": d.condition,
+            "temperature": d.temperature,
+            "depth": d.depth,
+            "name": d.name,
+            "value": d.value,
+        }
+        for d in diagnostics
+    ]
 
 
 def speedup_rows(target: str, drafter: str, check) -> list[dict]:
     """One row per depth k = 0..max_depth of an engine benchmark."""
     return [
-        {"target": target, "drafter": drafter, "hardware": check.hardware, "condition": check.condition,
-         "temperature": check.temperature, "depth": k, "tokens_per_s": check.tokens_per_s[k],
-         "measured_speedup": check.measured_speedup[k], "predicted_speedup": check.predicted_speedup[k],
-         "engine_accept_len": check.engine_accept_len[k]}
+        {
+            "target": target,
+            "drafter": drafter,
+            "hardware": check.hardware,
+            "condition": check.condition,
+            "temperature": check.temperature,
+            "depth": k,
+            "tokens_per_s": check.tokens_per_s[k],
+            "measured_speedup": check.measured_speedup[k],
+            "predicted_speedup": check.predicted_speedup[k],
+            "engine_accept_len": check.engine_accept_len[k],
+        }
         for k in range(len(check.tokens_per_s))
     ]
 
 
-def tuned_config(target: str, drafter: str, selected, *, experiment_id: int, spec_hash: str, code_version: str,
-                 mlflow_run_id: str, curve_job_hash: str | None, cost_job_hash: str | None,
-                 drafter_job_hash: str | None) -> dict:
+def tuned_config(
+    target: str,
+    drafter: str,
+    selected,
+    *,
+    experiment_id: int,
+    spec_hash: str,
+    code_version: str,
+    mlflow_run_id: str,
+    curve_job_hash: str | None,
+    cost_job_hash: str | None,
+    drafter_job_hash: str | None,
+) -> dict:
     """A select job's decision as a tuned-config version, with where it came from."""
     choice = selected.choice
     return {
-        "experiment_id": experiment_id, "target": target, "drafter": drafter, "hardware": selected.hardware,
-        "condition": selected.condition, "temperature": selected.temperature, "depth": choice.depth,
-        "accept_len": choice.accept_len, "speedup": choice.speedup, "cost_ratio": choice.cost_ratio,
-        "spec_hash": spec_hash, "code_version": code_version, "mlflow_run_id": mlflow_run_id,
+        "experiment_id": experiment_id,
+        "target": target,
+        "drafter": drafter,
+        "hardware": selected.hardware,
+        "condition": selected.condition,
+        "temperature": selected.temperature,
+        "depth": choice.depth,
+        "accept_len": choice.accept_len,
+        "speedup": choice.speedup,
+        "cost_ratio": choice.cost_ratio,
+        "spec_hash": spec_hash,
+        "code_version": code_version,
+        "mlflow_run_id": mlflow_run_id,
         "schedule": [list(r) for r in selected.schedule] if selected.schedule is not None else None,
-        "curve_job_hash": curve_job_hash, "cost_job_hash": cost_job_hash, "drafter_job_hash": drafter_job_hash,
-        "decode_accept_len": choice.decode_accept_len, "cost_model": choice.cost_model,
+        "curve_job_hash": curve_job_hash,
+        "cost_job_hash": cost_job_hash,
+        "drafter_job_hash": drafter_job_hash,
+        "decode_accept_len": choice.decode_accept_len,
+        "cost_model": choice.cost_model,
         "pass_cost": list(selected.pass_cost) if selected.pass_cost is not None else None,
         "draft_sampling": selected.draft_sampling,
-        **({} if selected.tree is None else {
-            "tree": [list(n) for n in selected.tree.tree], "tree_decode_accept_len": selected.tree.decode_accept_len,
-            "tree_speedup": selected.tree.speedup, "tree_chain_speedup": selected.tree.chain_speedup,
-            "tree_all_batches": selected.tree.all_batches}),
+        **(
+            {}
+            if selected.tree is None
+            else {
+                "tree": [list(n) for n in selected.tree.tree],
+                "tree_decode_accept_len": selected.tree.decode_accept_len,
+                "tree_speedup": selected.tree.speedup,
+                "tree_chain_speedup": selected.tree.chain_speedup,
+                "tree_all_batches": selected.tree.all_batches,
+            }
+        ),
     }
 
 
@@ -87,11 +162,23 @@ def tree_check_rows(target: str, drafter: str, check) -> list[dict]:
     trees = check.tree
     if trees is None:
         return []
-    return [{"target": target, "drafter": drafter, "condition": check.condition, "temperature": check.temperature,
-             "hardware": check.hardware, "depth": max(len(n) for n in tree), "position": i,
-             "tree_json": json.dumps([list(n) for n in tree]), "tokens_per_s": trees.tokens_per_s[i],
-             "engine_accept_len": trees.engine_accept_len[i],
-             "decode_accept_len": trees.decode_accept_len[i],
-             "predicted_speedup": trees.predicted_speedup[i], "measured_speedup": trees.measured_speedup[i],
-             "chain_depth": trees.chain_depth, "chain_tokens_per_s": trees.chain_tokens_per_s}
-            for i, tree in enumerate(trees.trees)]
+    return [
+        {
+            "target": target,
+            "drafter": drafter,
+            "condition": check.condition,
+            "temperature": check.temperature,
+            "hardware": check.hardware,
+            "depth": max(len(n) for n in tree),
+            "position": i,
+            "tree_json": json.dumps([list(n) for n in tree]),
+            "tokens_per_s": trees.tokens_per_s[i],
+            "engine_accept_len": trees.engine_accept_len[i],
+            "decode_accept_len": trees.decode_accept_len[i],
+            "predicted_speedup": trees.predicted_speedup[i],
+            "measured_speedup": trees.measured_speedup[i],
+            "chain_depth": trees.chain_depth,
+            "chain_tokens_per_s": trees.chain_tokens_per_s,
+        }
+        for i, tree in enumerate(trees.trees)
+    ]

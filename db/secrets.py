@@ -7,14 +7,17 @@ Connection strings carry secrets in several forms, and each is masked as `***`:
 - `Authorization` headers and `NAME=value` pairs of known secret names (`HF_TOKEN=...`).
 The rest of the text is kept, so a message still says which host or database it is about.
 """
+
 from __future__ import annotations
 
 import re
 
 # names whose value is a secret, as query parameters, key=value pairs or variables
-SECRET_NAMES = (r"(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|auth|credentials?"
-                r"|[A-Z0-9_]*_TOKEN|[A-Z0-9_]*SECRET[A-Z0-9_]*|[A-Z0-9_]*PASSWORD|[A-Z0-9_]*PASSWD"
-                r"|[A-Z0-9_]*_API_KEY|[A-Z0-9_]*_ACCESS_KEY(?:_ID)?)")
+SECRET_NAMES = (
+    r"(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|auth|credentials?"
+    r"|[A-Z0-9_]*_TOKEN|[A-Z0-9_]*SECRET[A-Z0-9_]*|[A-Z0-9_]*PASSWORD|[A-Z0-9_]*PASSWD"
+    r"|[A-Z0-9_]*_API_KEY|[A-Z0-9_]*_ACCESS_KEY(?:_ID)?)"
+)
 MASK = "***"
 
 # the secret runs to the last @ before the host: an unencoded @ in a password is still hidden

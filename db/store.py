@@ -4,6 +4,7 @@ Every public write runs in one transaction, so a failure leaves nothing half-wri
 idempotent, so a driver that restarts can replay it. Callers get plain dicts and ints back;
 ORM rows stay inside this package.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,8 @@ from sqlalchemy.orm import Session
 from db import writes
 from db.errors import StoreError
 from db.owners import owner_gone
-from db.reports import Reports
 from db.queries import BEST_KEYS, DIAGNOSTIC_KEYS, SPEEDUP_KEYS, TUNED_KEYS, TUNED_OPTIONAL_KEYS
+from db.reports import Reports
 from db.tables import Base, Experiment, ExperimentJob, Job, utc_now
 
 if TYPE_CHECKING:  # only read through attributes, so db does not import pipeline at runtime
@@ -48,33 +49,30 @@ class Store(Reports):
 
     # -- experiments ------------------------------------------------------------------------
 
-    def ensure_experiment(
-        self, *, name: str, spec_hash: str, spec_yaml: str, code_version: str
-    ) -> int:
+    def ensure_experiment(self, *, name: str, spec_hash: str, spec_yaml: str, code_version: str) -> int:
         """The id of experiment (name, spec_hash), inserting it first if it is new."""
+
         def body(session: Session):
             key = {"name": name, "spec_hash": spec_hash}
             values = {**key, "spec_yaml": spec_yaml, "code_version": code_version}
             _insert_ignore(session, Experiment, values)
             return session.scalars(select(Experiment.id).filter_by(**key)).one()
+
         return self._write("ensure_experiment", body)
 
     def set_experiment_run(self, experiment_id: int, mlflow_run_id: str) -> None:
         def body(session: Session):
             result = session.execute(
-                update(Experiment)
-                .where(Experiment.id == experiment_id)
-                .values(mlflow_run_id=mlflow_run_id)
+                update(Experiment).where(Experiment.id == experiment_id).values(mlflow_run_id=mlflow_run_id)
             )
             if result.rowcount == 0:
                 raise StoreError(f"set_experiment_run: no experiment with id {experiment_id}")
+
         return self._write("set_experiment_run", body)
 
     # -- jobs -------------------------------------------------------------------------------
 
-    def link_job(
-        self, experiment_id: int, *, job_hash: str, kind: str, name: str, config: dict
-    ) -> None:
+    def link_job(self, experiment_id: int, *, job_hash: str, kind: str, name: str, config: dict) -> None:
         """Record job ``job_hash`` as pending if it is new, and link it to the experiment.
 
         A job that already exists (from this or an earlier experiment) is left as it is.
@@ -84,39 +82,59 @@ class Store(Reports):
     def link_jobs(self, experiment_id: int, jobs: list[dict]) -> None:
         """link_job for every job of a plan ({job_hash, kind, name, config} each), in one transaction."""
         # in one order, so two drivers linking overlapping plans lock rows alike (no deadlock)
-        rows = sorted(({"job_hash": j["job_hash"], "kind": j["kind"], "name": j["name"], "status": "pending",
-                        "attempts": 0, "config_json": _to_json(j["config"], what=f"config of job {j['job_hash']}")}
-                       for j in jobs), key=lambda r: r["job_hash"])
+        rows = sorted(
+            (
+                {
+                    "job_hash": j["job_hash"],
+                    "kind": j["kind"],
+                    "name": j["name"],
+                    "status": "pending",
+                    "attempts": 0,
+                    "config_json": _to_json(j["config"], what=f"config of job {j['job_hash']}"),
+                }
+                for j in jobs
+            ),
+            key=lambda r: r["job_hash"],
+        )
 
         def body(session: Session):
             insert = _INSERT[session.get_bind().dialect.name]
             for i in range(0, len(rows), 100):  # 700 bound parameters: within SQLite's oldest limit (999)
-                chunk = rows[i: i + 100]
+                chunk = rows[i : i + 100]
                 session.execute(insert(Job.__table__).values(chunk).on_conflict_do_nothing())
                 ids = session.scalars(select(Job.id).where(Job.job_hash.in_([r["job_hash"] for r in chunk]))).all()
-                session.execute(insert(ExperimentJob.__table__).values(
-                    [{"experiment_id": experiment_id, "job_id": job_id} for job_id in ids]).on_conflict_do_nothing())
+                session.execute(
+                    insert(ExperimentJob.__table__)
+                    .values([{"experiment_id": experiment_id, "job_id": job_id} for job_id in ids])
+                    .on_conflict_do_nothing()
+                )
+
         if rows:
             self._write("link_jobs", body)
 
     def job_config(self, job_hash: str) -> dict | None:
         """The config job ``job_hash`` was run with, or None for a job this database does not hold."""
+
         def body(session: Session):
             job = _find_job(session, job_hash)
             return None if job is None else json.loads(job.config_json)
+
         return self._read(body)
 
     def finished_result(self, job_hash: str) -> dict | None:
         """The stored result of job ``job_hash`` if it is done, else None."""
+
         def body(session: Session):
             job = _find_job(session, job_hash)
             if job is None or job.status != "done" or job.result_json is None:
                 return None
             return json.loads(job.result_json)
+
         return self._read(body)
 
-    def claim(self, job_hashes: Sequence[str], *, owner: str, lease_s: float,
-              rerun: Sequence[str] = ()) -> dict[str, str]:
+    def claim(
+        self, job_hashes: Sequence[str], *, owner: str, lease_s: float, rerun: Sequence[str] = ()
+    ) -> dict[str, str]:
         """Claim jobs for driver `owner`, all or none, under a lease of `lease_s` seconds.
 
         Returns {job hash: owner} of those a live other driver holds (then nothing is claimed: wait
@@ -124,11 +142,18 @@ class Store(Reports):
         when its lease ran out or its process on this host has ended. A job already done is
         claimed only when listed in `rerun` (its checkpoint was lost), else left as it is.
         """
+
         def body(session: Session):
             now = utc_now()
             jobs = list(session.scalars(select(Job).where(Job.job_hash.in_(list(job_hashes))).with_for_update()))
-            held = {j.job_hash: j.owner for j in jobs if j.owner not in (None, owner) and j.lease_until is not None
-                    and j.lease_until > now and not owner_gone(j.owner)}
+            held = {
+                j.job_hash: j.owner
+                for j in jobs
+                if j.owner not in (None, owner)
+                and j.lease_until is not None
+                and j.lease_until > now
+                and not owner_gone(j.owner)
+            }
             if held:
                 return held
             for job in jobs:
@@ -138,20 +163,26 @@ class Store(Reports):
                     job.status, job.error = "failed", f"its driver {job.owner} ended while it ran"
                 job.owner, job.lease_until = owner, now + timedelta(seconds=lease_s)
             return {}
+
         return self._write("claim", body)
 
     def renew(self, owner: str, *, lease_s: float) -> int:
         """Extend the lease of every unfinished job `owner` holds; how many there were."""
+
         def body(session: Session):
             result = session.execute(
-                update(Job).where(Job.owner == owner, Job.lease_until.is_not(None))
-                .values(lease_until=utc_now() + timedelta(seconds=lease_s)))
+                update(Job)
+                .where(Job.owner == owner, Job.lease_until.is_not(None))
+                .values(lease_until=utc_now() + timedelta(seconds=lease_s))
+            )
             return result.rowcount
+
         return self._write("renew", body)
 
     def mark_running(self, job_hash: str, *, mlflow_run_id: str | None, owner: str | None = None) -> None:
         """Start a new attempt: counts it, stamps started_at, forgets the last attempt's error.
         With `owner`, only while that driver holds the job."""
+
         def body(session: Session):
             job = _job(session, job_hash)
             _check_owner(job, owner)
@@ -162,17 +193,20 @@ class Store(Reports):
             job.duration_s = None
             job.error = None
             job.mlflow_run_id = mlflow_run_id
+
         return self._write("mark_running", body)
 
     def mark_failed(self, job_hash: str, *, error: str, owner: str | None = None) -> None:
         """Record a failed attempt. A job that is done, or (with `owner`) held by another driver
         now, is left as it is: a failure never overwrites a finished result."""
+
         def body(session: Session):
             job = _job(session, job_hash)
             if job.status == "done" or (owner is not None and job.owner != owner):
                 return
             _finish(job, status="failed")
             job.error = error
+
         return self._write("mark_failed", body)
 
     def mark_done(
@@ -207,6 +241,7 @@ class Store(Reports):
         Any bad entry raises StoreError and writes nothing. With `owner`, only while that driver
         holds the job (one whose lease another driver took over cannot overwrite its result).
         """
+
         def body(session: Session):
             job = _job(session, job_hash)
             _check_owner(job, owner)
@@ -227,6 +262,7 @@ class Store(Reports):
                 writes.replace_rank_accepts(session, job, rank_accepts)
             if tree_checks is not None:
                 writes.replace_tree_checks(session, job, tree_checks)
+
         return self._write("mark_done", body)
 
     def add_production_config(
@@ -260,9 +296,12 @@ class Store(Reports):
         given = dict(locals())
         given.pop("self")
         values = writes.checked_tuned(given, f"production config {target}/{drafter}")
+
         def body(session: Session):
             return writes.add_version(session, values, job_id=None, source="production")
+
         return self._write("add_production_config", body)
+
 
 def _insert_ignore(session: Session, model: type[Base], values: dict) -> None:
     """Insert unless a row with the same primary or unique key already exists."""
@@ -302,4 +341,3 @@ def _to_json(value: dict, *, what: str) -> str:
         return json.dumps(value, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as error:
         raise StoreError(f"{what} is not plain JSON: {error}") from error
-

@@ -3,11 +3,12 @@
 Column names follow the metric names used everywhere else (``depth``, ``cond_accept``,
 ``survival``, ``accept_len``, ``cost_ratio``, ``tokens_per_s``). Rows never leave the
 ``db`` package: the store turns them into plain dicts. ``migrations/versions`` must create
-exactly these tables; ``tests/test_store.py`` checks that the two agree.
+exactly these tables; ``tests/db/test_store.py`` checks that the two agree.
 """
+
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import (
     Boolean,
@@ -51,7 +52,7 @@ NAMING_CONVENTION = {
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -69,14 +70,14 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         if value.tzinfo is None:
             raise ValueError(f"naive datetime {value!r}: pass a timezone-aware datetime")
-        return value.astimezone(timezone.utc)
+        return value.astimezone(UTC)
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
         if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
 
 
 class Base(DeclarativeBase):
@@ -103,9 +104,7 @@ class Job(Base):
 
     __tablename__ = "jobs"
     __table_args__ = (
-        CheckConstraint(
-            "status IN (" + ", ".join(f"'{s}'" for s in JOB_STATUSES) + ")", name="status"
-        ),
+        CheckConstraint("status IN (" + ", ".join(f"'{s}'" for s in JOB_STATUSES) + ")", name="status"),
         CheckConstraint("attempts >= 0", name="attempts"),
     )
 
@@ -290,9 +289,7 @@ class TunedConfig(Base):
     __table_args__ = (
         CheckConstraint("depth >= 0", name="depth"),
         CheckConstraint("version >= 1", name="version"),
-        CheckConstraint(
-            "source IN (" + ", ".join(f"'{s}'" for s in TUNED_SOURCES) + ")", name="source"
-        ),
+        CheckConstraint("source IN (" + ", ".join(f"'{s}'" for s in TUNED_SOURCES) + ")", name="source"),
         CheckConstraint("source = 'production' OR job_id IS NOT NULL", name="offline_job"),
         UniqueConstraint("target", "drafter", "hardware", "condition", "version"),
         Index(None, "target", "drafter", "hardware"),

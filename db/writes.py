@@ -5,6 +5,7 @@ key fails there and the whole ``mark_done`` rolls back. Checks that the backends
 differently (SQLite ignores string lengths and turns NaN into NULL; PostgreSQL refuses both)
 are made here, so both backends refuse the same inputs with the same message.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,7 +19,6 @@ from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.orm import Session
 
 from db.errors import StoreError
-from db.rows import curve_points
 from db.queries import (
     CATEGORY_DEPTH_KEYS,
     CURVE_KEYS,
@@ -30,6 +30,7 @@ from db.queries import (
     TUNED_OPTIONAL_KEYS,
     WORKLOAD_KEYS,
 )
+from db.rows import curve_points
 from db.tables import (
     COST_MODELS,
     DRAFT_SAMPLING,
@@ -62,12 +63,8 @@ _DIAGNOSTIC_NUMBERS = ("value", "temperature")
 _RANK_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN}
 _RANK_NUMBERS = ("temperature", "accept")
 # The same for a speedup check.
-_SPEEDUP_TEXT = {
-    "target": NAME_LEN, "drafter": NAME_LEN, "hardware": NAME_LEN, "condition": TAG_LEN
-}
-_SPEEDUP_NUMBERS = (
-    "temperature", "tokens_per_s", "measured_speedup", "predicted_speedup", "engine_accept_len"
-)
+_SPEEDUP_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "hardware": NAME_LEN, "condition": TAG_LEN}
+_SPEEDUP_NUMBERS = ("temperature", "tokens_per_s", "measured_speedup", "predicted_speedup", "engine_accept_len")
 # The longest string each text column of a tuned config takes, and whether it is required.
 _TUNED_TEXT = {
     "target": (NAME_LEN, True),
@@ -85,9 +82,7 @@ _TUNED_TEXT = {
 _TUNED_COLUMNS = (*TUNED_OPTIONAL_KEYS, "notes")
 
 
-def replace_curves(
-    session: Session, job: Job, curves: Sequence[tuple[str, str, Curve]]
-) -> None:
+def replace_curves(session: Session, job: Job, curves: Sequence[tuple[str, str, Curve]]) -> None:
     """Replace the job's curve rows: one row per (condition, temperature, depth 1..max_depth).
 
     Depth 0 (accept_len 1, no drafting) is implied and not stored.
@@ -96,8 +91,7 @@ def replace_curves(
     for index, entry in enumerate(curves):
         if not isinstance(entry, tuple) or len(entry) != 3:
             raise StoreError(
-                f"curves[{index}] of job {job.job_hash}: need (target, drafter, Curve), "
-                f"got {type(entry).__name__}"
+                f"curves[{index}] of job {job.job_hash}: need (target, drafter, Curve), got {type(entry).__name__}"
             )
         rows.extend(_curve_rows(job.id, *entry))
     session.execute(delete(CurvePoint).where(CurvePoint.job_id == job.id))
@@ -108,8 +102,9 @@ def replace_curves(
 def _curve_rows(job_id: int, target: str, drafter: str, curve: Curve) -> list[CurvePoint]:
     depths = curve.max_depth
     walked = len(curve.decode_accept_len)
-    where = f"curve {target}/{drafter} ({curve.condition}, T={curve.temperature}" + \
-        (f", category {curve.category!r})" if getattr(curve, "category", "") else ")")
+    where = f"curve {target}/{drafter} ({curve.condition}, T={curve.temperature}" + (
+        f", category {curve.category!r})" if getattr(curve, "category", "") else ")"
+    )
     category = getattr(curve, "category", "")
     if not isinstance(category, str) or len(category) > NAME_LEN:
         raise StoreError(f"{where}: category must be a string of at most {NAME_LEN} characters, got {category!r}")
@@ -120,8 +115,12 @@ def _curve_rows(job_id: int, target: str, drafter: str, curve: Curve) -> list[Cu
             f"{len(curve.accept_len)}, {walked}"
         )
     return [
-        CurvePoint(job_id=job_id, **_checked_row(entry, where, keys=CURVE_KEYS, text=_CURVE_TEXT,
-                                                 numbers=_CURVE_NUMBERS, optional=("decode_accept_len",)))
+        CurvePoint(
+            job_id=job_id,
+            **_checked_row(
+                entry, where, keys=CURVE_KEYS, text=_CURVE_TEXT, numbers=_CURVE_NUMBERS, optional=("decode_accept_len",)
+            ),
+        )
         for entry in curve_points(target, drafter, curve)
     ]
 
@@ -131,8 +130,14 @@ def replace_category_depths(session: Session, job: Job, rows: Sequence[dict]) ->
     kept = []
     for index, entry in enumerate(rows):
         where = f"category_depths[{index}] of job {job.job_hash}"
-        values = _checked_row(entry, where, keys=CATEGORY_DEPTH_KEYS, text=_CATEGORY_TEXT, numbers=_CATEGORY_NUMBERS,
-                              optional=("decode_accept_len",))
+        values = _checked_row(
+            entry,
+            where,
+            keys=CATEGORY_DEPTH_KEYS,
+            text=_CATEGORY_TEXT,
+            numbers=_CATEGORY_NUMBERS,
+            optional=("decode_accept_len",),
+        )
         prompts = entry["prompts"]
         if not isinstance(prompts, Integral) or isinstance(prompts, bool) or prompts < 1:
             raise StoreError(f"{where}: prompts must be an integer >= 1, got {prompts!r}")
@@ -147,9 +152,7 @@ def replace_diagnostics(session: Session, job: Job, diagnostics: Sequence[dict])
     rows = []
     for index, entry in enumerate(diagnostics):
         where = f"diagnostics[{index}] of job {job.job_hash}"
-        values = _checked_row(
-            entry, where, keys=DIAGNOSTIC_KEYS, text=_DIAGNOSTIC_TEXT, numbers=_DIAGNOSTIC_NUMBERS
-        )
+        values = _checked_row(entry, where, keys=DIAGNOSTIC_KEYS, text=_DIAGNOSTIC_TEXT, numbers=_DIAGNOSTIC_NUMBERS)
         rows.append(Diagnostic(job_id=job.id, **values))
     session.execute(delete(Diagnostic).where(Diagnostic.job_id == job.id))
     session.add_all(rows)
@@ -174,8 +177,15 @@ def replace_rank_accepts(session: Session, job: Job, rows: Sequence[dict]) -> No
 
 
 _TREE_CHECK_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN, "hardware": NAME_LEN}
-_TREE_CHECK_NUMBERS = ("temperature", "tokens_per_s", "engine_accept_len", "decode_accept_len",
-                       "predicted_speedup", "measured_speedup", "chain_tokens_per_s")
+_TREE_CHECK_NUMBERS = (
+    "temperature",
+    "tokens_per_s",
+    "engine_accept_len",
+    "decode_accept_len",
+    "predicted_speedup",
+    "measured_speedup",
+    "chain_tokens_per_s",
+)
 
 
 def replace_tree_checks(session: Session, job: Job, rows: Sequence[dict]) -> None:
@@ -208,9 +218,7 @@ def replace_speedup_checks(session: Session, job: Job, rows: Sequence[dict]) -> 
     checks = []
     for index, entry in enumerate(rows):
         where = f"speedup_checks[{index}] of job {job.job_hash}"
-        values = _checked_row(
-            entry, where, keys=SPEEDUP_KEYS, text=_SPEEDUP_TEXT, numbers=_SPEEDUP_NUMBERS
-        )
+        values = _checked_row(entry, where, keys=SPEEDUP_KEYS, text=_SPEEDUP_TEXT, numbers=_SPEEDUP_NUMBERS)
         if values["tokens_per_s"] <= 0:
             raise StoreError(f"{where}: tokens_per_s must be > 0, got {entry['tokens_per_s']!r}")
         checks.append(SpeedupPoint(job_id=job.id, **values))
@@ -295,12 +303,8 @@ def add_version(session: Session, values: dict, *, job_id: int | None, source: s
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
     latest = session.scalar(select(func.max(TunedConfig.version)).where(*workload))
     version = (latest or 0) + 1
-    session.execute(
-        update(TunedConfig).where(*workload, TunedConfig.active).values(active=False)
-    )
-    session.add(
-        TunedConfig(job_id=job_id, version=version, active=True, source=source, **values)
-    )
+    session.execute(update(TunedConfig).where(*workload, TunedConfig.active).values(active=False))
+    session.add(TunedConfig(job_id=job_id, version=version, active=True, source=source, **values))
     session.flush()  # so a bad experiment_id or a lost race fails here, inside this transaction
     return version
 
@@ -323,16 +327,16 @@ def checked_tuned(tuned: dict, where: str) -> dict:
     if values.get("decode_accept_len") is not None:
         values["decode_accept_len"] = _checked_number(values["decode_accept_len"], "decode_accept_len", where)
     if values.get("draft_sampling") not in (None, *DRAFT_SAMPLING):
-        raise StoreError(f"{where}: draft_sampling must be one of {DRAFT_SAMPLING} or None, "
-                         f"got {values['draft_sampling']!r}")
+        raise StoreError(
+            f"{where}: draft_sampling must be one of {DRAFT_SAMPLING} or None, got {values['draft_sampling']!r}"
+        )
     if values.get("cost_model") not in (None, *COST_MODELS):
         raise StoreError(f"{where}: cost_model must be one of {COST_MODELS} or None, got {values['cost_model']!r}")
     pass_cost = values.pop("pass_cost", None)
     if pass_cost is not None:
         if not isinstance(pass_cost, (list, tuple)) or len(pass_cost) <= values["depth"]:
             raise StoreError(f"{where}: pass_cost must give a cost for every k = 0..depth, got {pass_cost!r}")
-        values["pass_cost_json"] = json.dumps(
-            [_checked_number(c, "pass_cost", where) for c in pass_cost])
+        values["pass_cost_json"] = json.dumps([_checked_number(c, "pass_cost", where) for c in pass_cost])
     notes = values.get("notes")
     if notes is not None and not isinstance(notes, str):
         raise StoreError(f"{where}: notes must be a string or None, got {notes!r}")
@@ -353,8 +357,11 @@ def checked_tuned(tuned: dict, where: str) -> dict:
 def _checked_tree(tree: object, where: str) -> list[list[int]]:
     """[[rank, ...], ...]: the draft nodes of a tree, each a non-empty list of ranks >= 0."""
     ok = isinstance(tree, (list, tuple)) and all(
-        isinstance(node, (list, tuple)) and node and all(
-            isinstance(r, Integral) and not isinstance(r, bool) and r >= 0 for r in node) for node in tree)
+        isinstance(node, (list, tuple))
+        and node
+        and all(isinstance(r, Integral) and not isinstance(r, bool) and r >= 0 for r in node)
+        for node in tree
+    )
     if not ok:
         raise StoreError(f"{where}: tree must be a list of nodes, each a non-empty list of ranks >= 0, got {tree!r}")
     return [list(node) for node in tree]
@@ -366,8 +373,10 @@ def _checked_schedule(schedule: object, where: str) -> list[list[int]]:
         raise StoreError(f"{where}: schedule must be a non-empty list of [lo, hi, k], got {schedule!r}")
     out: list[list[int]] = []
     for entry in schedule:
-        ints = isinstance(entry, (list, tuple)) and len(entry) == 3 and all(
-            isinstance(n, Integral) and not isinstance(n, bool) for n in entry
+        ints = (
+            isinstance(entry, (list, tuple))
+            and len(entry) == 3
+            and all(isinstance(n, Integral) and not isinstance(n, bool) for n in entry)
         )
         if not ints:
             raise StoreError(f"{where}: schedule entry {entry!r} is not [lo, hi, k] integers")
@@ -375,8 +384,7 @@ def _checked_schedule(schedule: object, where: str) -> list[list[int]]:
         start = out[-1][1] + 1 if out else 1
         if lo != start or hi < lo or k < 0:
             raise StoreError(
-                f"{where}: schedule range {[lo, hi, k]} must start at batch size {start}, "
-                "have lo <= hi and k >= 0"
+                f"{where}: schedule range {[lo, hi, k]} must start at batch size {start}, have lo <= hi and k >= 0"
             )
         out.append([lo, hi, k])
     return out

@@ -9,6 +9,7 @@ database's `jobs.result_json` name it). Drafter key j holds the target's state a
 the embedding of token j + 1, so each key is shown as that token pair. Chains start after every
 target token of the target's own continuation of held-out chat prompts, as in measure_curve.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,13 +17,13 @@ from collections import Counter
 
 import torch
 
-from workers.drafters.eagle3.chains import draft_all_chains
-from workers.measure.diagnostics import sink_keys
-from workers.drafters.eagle3.checkpoint import load_eagle3
-from workers.models.features import target_pass
-from workers.measure.curves import continue_text
-from workers.models.loading import load_model
 from workers.data.prompts import build_prompts
+from workers.drafters.eagle3.chains import draft_all_chains
+from workers.drafters.eagle3.checkpoint import load_eagle3
+from workers.measure.curves import continue_text
+from workers.measure.diagnostics import sink_keys
+from workers.models.features import target_pass
+from workers.models.loading import load_model
 
 
 def main() -> None:
@@ -35,16 +36,30 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--depth", type=int, default=5)
     ap.add_argument("--chains", type=int, default=16, help="chains per prompt")
-    ap.add_argument("--answer-prefix", type=int, default=0,
-                    help="answer tokens the prompts end with (evaluation.answer_prefix; smollm2.yaml uses 0)")
+    ap.add_argument(
+        "--answer-prefix",
+        type=int,
+        default=0,
+        help="answer tokens the prompts end with (evaluation.answer_prefix; smollm2.yaml uses 0)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(2)
-    target, tok = load_model(hf=args.hf, gguf=args.gguf, package=args.package, device=torch.device("cpu"),
-                             dtype=torch.float32)
-    drafter = load_eagle3(args.checkpoint, embedding=target.get_input_embeddings().weight, device="cpu",
-                          dtype=torch.float32)
-    prompts = build_prompts(tok, corpus="chat", condition=args.condition, num_prompts=args.prompts, prompt_len=128,
-                            long_context_len=512, seed=0, answer_prefix=args.answer_prefix)
+    target, tok = load_model(
+        hf=args.hf, gguf=args.gguf, package=args.package, device=torch.device("cpu"), dtype=torch.float32
+    )
+    drafter = load_eagle3(
+        args.checkpoint, embedding=target.get_input_embeddings().weight, device="cpu", dtype=torch.float32
+    )
+    prompts = build_prompts(
+        tok,
+        corpus="chat",
+        condition=args.condition,
+        num_prompts=args.prompts,
+        prompt_len=128,
+        long_context_len=512,
+        seed=0,
+        answer_prefix=args.answer_prefix,
+    )
     where = [Counter() for _ in range(args.depth)]
     pairs = [Counter() for _ in range(args.depth)]
     sink_mass = [0.0] * args.depth
@@ -68,16 +83,27 @@ def main() -> None:
                     if j >= T:
                         where[s]["a draft of this chain"] += 1
                         continue
-                    label = "sink" if sink[j] else "own" if j == q else f"q-{q - j}" if q - j <= 3 else \
-                        "prompt" if j < prompt.numel() - 1 else "earlier continuation"
+                    label = (
+                        "sink"
+                        if sink[j]
+                        else "own"
+                        if j == q
+                        else f"q-{q - j}"
+                        if q - j <= 3
+                        else "prompt"
+                        if j < prompt.numel() - 1
+                        else "earlier continuation"
+                    )
                     where[s][label] += 1
                     pairs[s][(tok.decode([ids[j]]), tok.decode([ids[j + 1]]))] += 1
     for s in range(args.depth):
         total = sum(where[s].values())
         shares = ", ".join(f"{k} {v / total:.0%}" for k, v in where[s].most_common())
         print(f"k={s + 1}: attention on the sink keys {sink_mass[s] / rows_seen[s]:.3f}; heads' top key: {shares}")
-        print("      top keys as (token j, token j+1):",
-              "; ".join(f"{a!r} {b!r} {v / total:.0%}" for (a, b), v in pairs[s].most_common(5)))
+        print(
+            "      top keys as (token j, token j+1):",
+            "; ".join(f"{a!r} {b!r} {v / total:.0%}" for (a, b), v in pairs[s].most_common(5)),
+        )
 
 
 if __name__ == "__main__":

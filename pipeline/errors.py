@@ -1,4 +1,5 @@
 """Errors that reach the user as one clear line each (no traceback)."""
+
 from __future__ import annotations
 
 

@@ -6,6 +6,7 @@ kind's typed config (pipeline/core/contracts.py). A job's hash covers exactly wh
 its result: its kind, its config, the hashes of its inputs and its kind's code version. An
 unchanged job keeps its hash, so a rerun reuses its finished result.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,13 +48,15 @@ class Plan:
 def job_hash(kind: str, config: dict, deps: dict[str, str], code_version: str) -> str:
     blob = json.dumps(
         {"kind": kind, "config": config, "deps": deps, "code": code_version},
-        sort_keys=True, separators=(",", ":"),
+        sort_keys=True,
+        separators=(",", ":"),
     )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def build_plan(spec: ExperimentSpec, code_version: Callable[[tuple[str, ...] | None], str] | str,
-               worker: c.WorkerEnv | None = None) -> Plan:
+def build_plan(
+    spec: ExperimentSpec, code_version: Callable[[tuple[str, ...] | None], str] | str, worker: c.WorkerEnv | None = None
+) -> Plan:
     """code_version: a function of the modules a job runs (None: the whole code base), or one
     string for every job. worker: what a worker placed like the timing jobs reports
     (pipeline/run/probe.py), part of their identity; None leaves it out."""
@@ -63,12 +66,24 @@ def build_plan(spec: ExperimentSpec, code_version: Callable[[tuple[str, ...] | N
     def add(kind: str, name: str, fields: dict, deps: dict[str, str], target: str, drafter: str | None = None):
         res = spec.resources_for(kind)
         entry = job_kind(kind)
-        config = entry.config(seed=spec.seed, **fields,
-                              **_placement(kind, res.num_cpus, res.num_gpus, res.accelerator_type, worker))
+        config = entry.config(
+            seed=spec.seed, **fields, **_placement(kind, res.num_cpus, res.num_gpus, res.accelerator_type, worker)
+        )
         h = job_hash(kind, config.hashed(), deps, version(entry.code_of(config)))
         if h not in jobs:
-            jobs[h] = Job(kind, name, config, tuple(sorted(deps.items())), h, res.num_cpus, res.num_gpus,
-                          target, drafter, res.time_limit_s, res.accelerator_type)
+            jobs[h] = Job(
+                kind,
+                name,
+                config,
+                tuple(sorted(deps.items())),
+                h,
+                res.num_cpus,
+                res.num_gpus,
+                target,
+                drafter,
+                res.time_limit_s,
+                res.accelerator_type,
+            )
         return h
 
     trained_targets: dict[str, str] = {}
@@ -79,26 +94,54 @@ def build_plan(spec: ExperimentSpec, code_version: Callable[[tuple[str, ...] | N
         deps = {}
         if target.builtin is not None:
             if target.name not in trained_targets:
-                trained_targets[target.name] = add("train_target", f"train_target {target.name}",
-                                                   {"builtin": target.builtin}, {}, target.name)
+                trained_targets[target.name] = add(
+                    "train_target", f"train_target {target.name}", {"builtin": target.builtin}, {}, target.name
+                )
             deps["target"] = trained_targets[target.name]
         pair, t, d = f"{target.name}/{drafter.name}", target.name, drafter.name
         inputs = dict(deps)
         if drafter.trained_here:
-            inputs["drafter"] = add("train_drafter", f"train_drafter {pair}", {"target": ref, "drafter": drafter},
-                                    {**deps, **_training_data(add, spec, ref, drafter, deps)}, t, d)
+            inputs["drafter"] = add(
+                "train_drafter",
+                f"train_drafter {pair}",
+                {"target": ref, "drafter": drafter},
+                {**deps, **_training_data(add, spec, ref, drafter, deps)},
+                t,
+                d,
+            )
         models = {"target": ref, "drafter": drafter}
         curve = add("measure_curve", f"measure_curve {pair}", {**models, "evaluation": evaluation}, inputs, t, d)
-        cost = add("profile_cost", f"profile_cost {pair}",
-                   {**models, "cost": timing, "max_depth": evaluation.max_depth}, inputs, t, d)
-        depth = add("select_depth", f"select_depth {pair}",
-                    {"target": t, "drafter": d, "cost_ratio": spec.cost.cost_ratio,
-                     "max_batch_size": spec.cost.max_batch_size, "draft_sampling": evaluation.draft_sampling},
-                    {"curve": curve, "cost": cost}, t, d)
+        cost = add(
+            "profile_cost",
+            f"profile_cost {pair}",
+            {**models, "cost": timing, "max_depth": evaluation.max_depth},
+            inputs,
+            t,
+            d,
+        )
+        depth = add(
+            "select_depth",
+            f"select_depth {pair}",
+            {
+                "target": t,
+                "drafter": d,
+                "cost_ratio": spec.cost.cost_ratio,
+                "max_batch_size": spec.cost.max_batch_size,
+                "draft_sampling": evaluation.draft_sampling,
+            },
+            {"curve": curve, "cost": cost},
+            t,
+            d,
+        )
         if spec.validation is not None:
-            add("measure_speedup", f"measure_speedup {pair}",
+            add(
+                "measure_speedup",
+                f"measure_speedup {pair}",
                 {**models, "evaluation": evaluation, "validation": spec.validation},
-                {**inputs, "depth": depth}, t, d)
+                {**inputs, "depth": depth},
+                t,
+                d,
+            )
     return Plan(spec.content_hash(), version(None), tuple(jobs.values()))
 
 
@@ -111,13 +154,19 @@ def _training_data(add, spec: ExperimentSpec, ref: c.TargetRef, drafter, deps: d
     states = drafter.target_states
     if states is None:
         return {"data": data}
-    features = add("target_features", f"target_features {ref.name}/{states['fusion']}", {"target": ref, **states},
-                   {**deps, "data": data}, ref.name)
+    features = add(
+        "target_features",
+        f"target_features {ref.name}/{states['fusion']}",
+        {"target": ref, **states},
+        {**deps, "data": data},
+        ref.name,
+    )
     return {"data": data, "features": features}
 
 
-def _placement(kind: str, num_cpus: float, num_gpus: float, accelerator_type: str | None,
-               worker: c.WorkerEnv | None) -> dict:
+def _placement(
+    kind: str, num_cpus: float, num_gpus: float, accelerator_type: str | None, worker: c.WorkerEnv | None
+) -> dict:
     """The part of a job's resources that can change its result, as its kind declares.
 
     The device kind decides dtype ('auto') and numerics of every torch job; timings also depend
@@ -131,8 +180,13 @@ def _placement(kind: str, num_cpus: float, num_gpus: float, accelerator_type: st
     device = {"device": "cuda" if num_gpus > 0 else "cpu"}
     if placement == "device":
         return device
-    return {**device, "num_cpus": num_cpus, "num_gpus": num_gpus, "accelerator_type": accelerator_type,
-            "worker": worker}
+    return {
+        **device,
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "accelerator_type": accelerator_type,
+        "worker": worker,
+    }
 
 
 def _target_ref(target: Target) -> c.TargetRef:

@@ -3,6 +3,7 @@
 `load_spec(path)` parses the YAML, validates it with pydantic (unknown keys rejected) and
 raises `SpecError` carrying every problem at once as `field.path: message (line N)`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +17,17 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from pipeline.core.kinds import JOB_KINDS, KINDS
 from pipeline.core.settings import (
-    DRAFTER_KINDS, NAME, Cost, DrafterSpec, Evaluation, Pairing, PromptsFile, Resources, Strict, Target, TrainingData,
+    DRAFTER_KINDS,
+    NAME,
+    Cost,
+    DrafterSpec,
+    Evaluation,
+    Pairing,
+    PromptsFile,
+    Resources,
+    Strict,
+    Target,
+    TrainingData,
     Validation,
 )
 from pipeline.errors import SpecError
@@ -45,8 +56,10 @@ class ExperimentSpec(Strict):
     @classmethod
     def _no_secret_in_the_file(cls, value: RuntimeEnv | None):
         for name in value.literal_secrets() if value is not None else ():
-            raise ValueError(f"env_vars.{name}: the spec is stored with the experiment, so a secret is not written "
-                             f"in it: write {name}: ${{{name}}} and export {name} where the run starts")
+            raise ValueError(
+                f"env_vars.{name}: the spec is stored with the experiment, so a secret is not written "
+                f"in it: write {name}: ${{{name}}} and export {name} where the run starts"
+            )
         return value
 
     @field_validator("pairings")
@@ -60,8 +73,10 @@ class ExperimentSpec(Strict):
     def _trained_on_other_prompts(self):
         train, evaluate = self.training_data.prompts, self.evaluation.prompts
         if train is not None and evaluate is not None and train.digest == evaluate.digest:
-            raise ValueError(f"training_data.prompts and evaluation.prompts are the same file ({evaluate.path}): the "
-                             "curve would measure prompts the drafters trained on; split it in two")
+            raise ValueError(
+                f"training_data.prompts and evaluation.prompts are the same file ({evaluate.path}): the "
+                "curve would measure prompts the drafters trained on; split it in two"
+            )
         return self
 
     @model_validator(mode="after")
@@ -70,9 +85,11 @@ class ExperimentSpec(Strict):
         if prompts is not None and validation is not None and prompts.conversations is not None:
             need = self.evaluation.num_prompts + validation.num_prompts
             if prompts.conversations < need:
-                raise ValueError(f"evaluation.prompts: {prompts.path} holds {prompts.conversations} conversation(s); "
-                                 f"the curve's {self.evaluation.num_prompts} and validation's "
-                                 f"{validation.num_prompts} held-out prompts need {need}")
+                raise ValueError(
+                    f"evaluation.prompts: {prompts.path} holds {prompts.conversations} conversation(s); "
+                    f"the curve's {self.evaluation.num_prompts} and validation's "
+                    f"{validation.num_prompts} held-out prompts need {need}"
+                )
         return self
 
     def resources_for(self, kind: str) -> Resources:
@@ -118,19 +135,37 @@ def cross_check(data: dict) -> list[tuple[tuple, str]]:
             problems.append(((section, "prompts", key), "specfleet fills this in when it reads the file; drop it"))
     evaluation = data.get("evaluation")
     conditions = evaluation.get("conditions") if isinstance(evaluation, dict) else None
-    if data.get("validation") is not None and isinstance(conditions, list) and conditions \
-            and isinstance(conditions[0], dict) and "noise" in conditions[0]:
-        problems.append((("validation",), "the engine drafts without noise, so it cannot validate the depth "
-                                          "chosen for a noise condition; list a prompt condition first"))
+    if (
+        data.get("validation") is not None
+        and isinstance(conditions, list)
+        and conditions
+        and isinstance(conditions[0], dict)
+        and "noise" in conditions[0]
+    ):
+        problems.append(
+            (
+                ("validation",),
+                "the engine drafts without noise, so it cannot validate the depth "
+                "chosen for a noise condition; list a prompt condition first",
+            )
+        )
     resources = data.get("resources") if isinstance(data.get("resources"), dict) else {}
-    timed = [resources.get(kind) if isinstance(resources.get(kind), dict) else {}
-             for kind in ("profile_cost", "measure_speedup")]
+    timed = [
+        resources.get(kind) if isinstance(resources.get(kind), dict) else {}
+        for kind in ("profile_cost", "measure_speedup")
+    ]
     placed = [(r.get("num_cpus", 1), r.get("num_gpus", 0), r.get("accelerator_type")) for r in timed]
     if data.get("validation") is not None and placed[0] != placed[1]:
-        problems.append((("resources", "measure_speedup"), f"give it what profile_cost has (num_cpus, num_gpus, "
-                                                          f"accelerator_type = {placed[0]}, here {placed[1]}): the "
-                                                          "engine's speed is compared with costs timed there"))
+        problems.append(
+            (
+                ("resources", "measure_speedup"),
+                f"give it what profile_cost has (num_cpus, num_gpus, "
+                f"accelerator_type = {placed[0]}, here {placed[1]}): the "
+                "engine's speed is compared with costs timed there",
+            )
+        )
     return problems
+
 
 def _field_path(loc: tuple) -> str:
     out = ""
@@ -173,8 +208,7 @@ def parse_spec(text: str, source: str = "<spec>") -> ExperimentSpec:
         raise SpecError(source, [f"(yaml): {problem}{where}"]) from None
     if not isinstance(data, dict):
         raise SpecError(source, ["(top level): must be a mapping of experiment fields"])
-    twice = [f"{_field_path(loc)}: key given twice (lines {a} and {b}); keep one"
-             for loc, a, b in duplicate_keys(root)]
+    twice = [f"{_field_path(loc)}: key given twice (lines {a} and {b}); keep one" for loc, a, b in duplicate_keys(root)]
     if twice:  # the parsed data holds only the second of each: validating it would check the wrong spec
         raise SpecError(source, twice)
     problems = cross_check(data)
@@ -211,8 +245,12 @@ def _describe(err: dict) -> tuple[tuple, str]:
     elif loc and loc[-1] == "[key]":
         loc = loc[:-1]
         msg = f"unknown job kind; use one of {', '.join(JOB_KINDS)}"
-    elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], (dict, list)) \
-            and not (isinstance(err["input"], str) and err["input"] in msg):  # the message names it already
+    elif (
+        "input" in err
+        and err["type"] != "missing"
+        and not isinstance(err["input"], (dict, list))
+        and not (isinstance(err["input"], str) and err["input"] in msg)
+    ):  # the message names it already
         msg = f"{msg}, got {err['input']!r}"
     return loc, msg
 
@@ -250,8 +288,10 @@ def load_spec(path: str | Path) -> tuple[ExperimentSpec, str]:
     if not p.is_file():
         raise SpecError(str(path), [f"(file): no such spec file {path}"])
     if p.stat().st_size > MAX_SPEC_BYTES:
-        raise SpecError(str(path), [f"(file): larger than {MAX_SPEC_BYTES} bytes ({p.stat().st_size}); a spec is "
-                                    "a page of settings"])
+        raise SpecError(
+            str(path),
+            [f"(file): larger than {MAX_SPEC_BYTES} bytes ({p.stat().st_size}); a spec is a page of settings"],
+        )
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -24,6 +24,7 @@ Changing how drafters are trained then leaves trained targets reusable, while an
 code a job runs re-runs it. (Cf. Hamilton's `hash_source_code`, which strips docstrings and
 comments the same way for its cache keys.)
 """
+
 from __future__ import annotations
 
 import ast
@@ -31,7 +32,7 @@ import hashlib
 import re
 import sys
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 
@@ -147,8 +148,12 @@ class _Canonical(ast.NodeTransformer):
     def visit_Constant(self, node: ast.Constant):
         # a "module:function" string (the job registry's form) names code the kind lists in its
         # own `code`, which covers that code's content; the name itself is a place, not code
-        if isinstance(node.value, str) and (m := _MODULE_STRING.match(node.value)) \
-                and "." in m["module"] and self._project(m["module"]):
+        if (
+            isinstance(node.value, str)
+            and (m := _MODULE_STRING.match(node.value))
+            and "." in m["module"]
+            and self._project(m["module"])
+        ):
             return ast.Constant("@module" + (f":{m['attr']}" if m["attr"] else ""))
         return node
 
@@ -180,8 +185,10 @@ def source_version(modules: tuple[str, ...] | None = None, root: Path = _ROOT) -
     `code_of(config)`; the whole code base when None) under `root`, and the libraries that
     shape results."""
     if modules is None:
-        modules = (*(m for k in KINDS.values() for m in k.code),
-                   *(m for f in FAMILIES.values() for m in (f.trainer_module, f.family_module)))
+        modules = (
+            *(m for k in KINDS.values() for m in k.code),
+            *(m for f in FAMILIES.values() for m in (f.trainer_module, f.family_module)),
+        )
     digests = module_digests(source_closure(modules, root), root)
     h = hashlib.sha256()
     for d in sorted(d for d in digests.values() if d is not None):
@@ -192,7 +199,7 @@ def source_version(modules: tuple[str, ...] | None = None, root: Path = _ROOT) -
     return f"{_installed('specfleet')}+{h.hexdigest()[:12]}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def code_version(modules: tuple[str, ...] | None = None) -> str:
     """This installation's code version of the source `modules` run (the whole code base when None)."""
     return source_version(modules)

@@ -1,4 +1,5 @@
 """Map a pydantic error location to the line of the YAML node it refers to."""
+
 from __future__ import annotations
 
 import yaml

@@ -1,5 +1,6 @@
 """Shared fixtures: one tiny trained target and drafter, a two-node Ray cluster and an empty MLflow
 store for the whole session (each costs seconds on CPU)."""
+
 from __future__ import annotations
 
 import os
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,8 +18,15 @@ import pytest
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep every Ray node on loopback
 
-TINY_TARGET = dict(layers=4, hidden_size=64, heads=4, intermediate_size=128, vocab_size=400, corpus="stdlib",
-                   train=dict(steps=40, lr=3e-3, batch_size=8, seq_len=64))
+TINY_TARGET = dict(
+    layers=4,
+    hidden_size=64,
+    heads=4,
+    intermediate_size=128,
+    vocab_size=400,
+    corpus="stdlib",
+    train=dict(steps=40, lr=3e-3, batch_size=8, seq_len=64),
+)
 TINY_DRAFT_TRAIN = dict(ttt_depth=2, steps=15, lr=3e-3, batch_size=8, seq_len=64, corpus="stdlib")
 
 
@@ -51,8 +60,12 @@ def tiny_drafters(tiny_target):
     for norm in ("pre", "post"):
         spec = Eagle3DrafterSpec(name=norm, norm=norm, fc_norm=norm == "post", fusion="tri", train=TINY_DRAFT_TRAIN)
         files, _ = train_eagle3(target=target, tokenizer=tokenizer, spec=spec, seed=0, device=torch.device("cpu"))
-        out[norm] = (load_eagle3(cached_dir(files), embedding=target.get_input_embeddings().weight, device="cpu",
-                                 dtype=torch.float32), files)
+        out[norm] = (
+            load_eagle3(
+                cached_dir(files), embedding=target.get_input_embeddings().weight, device="cpu", dtype=torch.float32
+            ),
+            files,
+        )
     return out
 
 
@@ -67,8 +80,15 @@ def ray_cluster():
     """A two-node Ray cluster on loopback (ray.cluster_utils), its address; for the whole session."""
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "gcs_server_port": free_port(), "node_ip_address": "127.0.0.1", "include_dashboard": False})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "gcs_server_port": free_port(),
+            "node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+        },
+    )
     cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
     cluster.wait_for_nodes()
     yield cluster.address
@@ -97,9 +117,21 @@ def with_mlflow_store(folder: Path, template: Path) -> Path:
 def running_mlflow_server(*store_args: str):
     """An `mlflow server` on loopback with the given store options, its port once it answers."""
     port = free_port()
-    server = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "server", *store_args, "--host", "127.0.0.1",
-                               "--port", str(port), "--workers", "1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("mlflow")),
+            "server",
+            *store_args,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -114,3 +146,31 @@ def running_mlflow_server(*store_args: str):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    """A database URL on each real backend: a SQLite file in a folder that does not exist yet (the
+    store must create it), and a fresh PostgreSQL database."""
+    from support.databases import fresh_pg_database
+
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/work/specfleet.db"
+    else:
+        yield from fresh_pg_database()
+
+
+@pytest.fixture
+def store(db_url: str):
+    from db.store import Store
+
+    opened = Store(db_url)
+    yield opened
+    opened.close()
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Markers that follow from what a test uses: the session's Ray cluster means `ray`."""
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)

@@ -1,1 +1,3 @@
-"""From a tuned config (or production metrics) to the settings a serving engine runs: the depth schedule, the tree, the engine's own format."""
+"""From a tuned config (or production metrics) to the settings a serving engine runs: the depth
+schedule, the tree, the engine's own format.
+"""

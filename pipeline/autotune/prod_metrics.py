@@ -5,6 +5,7 @@ accepted tokens and the accepted tokens per draft position. Two scrapes give a w
 `survival[j] = accepted_per_pos[j-1] / num_drafts` over that window. Bad or partial input
 (missing positions, counters that went backwards, no drafts) is refused with a clear message.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -17,8 +18,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.core.acceptance import accept_len_from_survival, cond_from_survival
-from pipeline.errors import UserError
 from pipeline.core.types import Curve
+from pipeline.errors import UserError
 
 PREFIX = "vllm:spec_decode_"
 COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
@@ -114,12 +115,15 @@ def parse_counters(text: str, model_name: str | None = None) -> SpecDecodeCounte
             else:
                 totals[key] = totals.get(key, 0.0) + value
     if model_name is None and len(models) > 1:
-        raise UserError(f"--from-metrics: several models in the metrics ({sorted(m or '' for m in models)}); "
-                        "name one with --model")
+        raise UserError(
+            f"--from-metrics: several models in the metrics ({sorted(m or '' for m in models)}); name one with --model"
+        )
     missing = [c for c in COUNTERS if c not in totals]
     if missing:
-        raise UserError(f"--from-metrics: no vllm:spec_decode_{missing[0]}_total counter "
-                        "(is speculative decoding enabled on this server?)")
+        raise UserError(
+            f"--from-metrics: no vllm:spec_decode_{missing[0]}_total counter "
+            "(is speculative decoding enabled on this server?)"
+        )
     if not per_pos:
         raise UserError("--from-metrics: no vllm:spec_decode_num_accepted_tokens_per_pos_total counters")
     gaps = sorted(set(range(max(per_pos) + 1)) - set(per_pos))
@@ -127,14 +131,20 @@ def parse_counters(text: str, model_name: str | None = None) -> SpecDecodeCounte
         raise UserError(f"--from-metrics: accepted-per-position counters missing for positions {gaps}")
     _check_positions(totals, per_pos)
     name = model_name if model_name is not None else next(iter(models))
-    return SpecDecodeCounters(name, totals["num_drafts"], totals["num_draft_tokens"], totals["num_accepted_tokens"],
-                              tuple(per_pos[i] for i in range(len(per_pos))))
+    return SpecDecodeCounters(
+        name,
+        totals["num_drafts"],
+        totals["num_draft_tokens"],
+        totals["num_accepted_tokens"],
+        tuple(per_pos[i] for i in range(len(per_pos))),
+    )
 
 
 def _position(label: str | None) -> int:
     if label is None or not label.isdigit() or int(label) >= MAX_POSITIONS:
-        raise UserError(f"--from-metrics: a per-position counter has position label {label!r}; positions are "
-                        f"0..{MAX_POSITIONS - 1}")
+        raise UserError(
+            f"--from-metrics: a per-position counter has position label {label!r}; positions are 0..{MAX_POSITIONS - 1}"
+        )
     return int(label)
 
 
@@ -145,15 +155,19 @@ def _check_positions(totals: dict[str, float], per_pos: dict[int, float]) -> Non
     drafts, draft_tokens, accepted = totals["num_drafts"], totals["num_draft_tokens"], totals["num_accepted_tokens"]
     if drafts > 0 and draft_tokens > drafts * positions * (1 + 1e-9):
         deepest = math.ceil(draft_tokens / drafts - 1e-9)
-        raise UserError(f"--from-metrics: {draft_tokens:g} draft tokens over {drafts:g} drafts means some drafts had "
-                        f"{deepest} tokens, but the accepted-per-position counters stop at position {positions - 1}: "
-                        f"positions {list(range(positions, deepest))} are missing (a trimmed exposition?)")
+        raise UserError(
+            f"--from-metrics: {draft_tokens:g} draft tokens over {drafts:g} drafts means some drafts had "
+            f"{deepest} tokens, but the accepted-per-position counters stop at position {positions - 1}: "
+            f"positions {list(range(positions, deepest))} are missing (a trimmed exposition?)"
+        )
     counted = sum(per_pos.values())
     # a scrape can land between two counters' updates: allow one draft's worth of difference
     if not math.isclose(counted, accepted, rel_tol=1e-6, abs_tol=max(0.5, positions)):
-        raise UserError(f"--from-metrics: accepted-per-position counters add up to {counted:g} but "
-                        f"vllm:spec_decode_num_accepted_tokens_total is {accepted:g}; positions are missing "
-                        "or the counters come from different scrapes")
+        raise UserError(
+            f"--from-metrics: accepted-per-position counters add up to {counted:g} but "
+            f"vllm:spec_decode_num_accepted_tokens_total is {accepted:g}; positions are missing "
+            "or the counters come from different scrapes"
+        )
 
 
 def window(before: SpecDecodeCounters, after: SpecDecodeCounters) -> SpecDecodeCounters:
@@ -161,15 +175,20 @@ def window(before: SpecDecodeCounters, after: SpecDecodeCounters) -> SpecDecodeC
     if len(before.accepted_per_pos) != len(after.accepted_per_pos):
         raise UserError("--from-metrics: the two scrapes have different numbers of draft positions")
     pairs = [(c, getattr(before, c), getattr(after, c)) for c in COUNTERS]
-    pairs += [(f"accepted_per_pos[{i}]", a, b)
-              for i, (a, b) in enumerate(zip(before.accepted_per_pos, after.accepted_per_pos))]
+    pairs += [
+        (f"accepted_per_pos[{i}]", a, b)
+        for i, (a, b) in enumerate(zip(before.accepted_per_pos, after.accepted_per_pos))
+    ]
     for name, a, b in pairs:
         if b < a:
-            raise UserError(f"--from-metrics: counter {name} went backwards ({a:g} -> {b:g}): the server "
-                            "restarted between the scrapes; take both after the restart")
+            raise UserError(
+                f"--from-metrics: counter {name} went backwards ({a:g} -> {b:g}): the server "
+                "restarted between the scrapes; take both after the restart"
+            )
     return SpecDecodeCounters(
-        after.model_name, *(b - a for _, a, b in pairs[: len(COUNTERS)]),
-        tuple(b - a for _, a, b in pairs[len(COUNTERS):]),
+        after.model_name,
+        *(b - a for _, a, b in pairs[: len(COUNTERS)]),
+        tuple(b - a for _, a, b in pairs[len(COUNTERS) :]),
     )
 
 
@@ -179,15 +198,24 @@ def production_curve(counters: SpecDecodeCounters, *, temperature: float, condit
         raise UserError("--from-metrics: no drafts were verified in this window (num_drafts = 0)")
     drafts, positions = counters.num_drafts, len(counters.accepted_per_pos)
     if counters.num_draft_tokens < drafts * positions * (1 - SHORT_DRAFTS):
-        raise UserError(f"--from-metrics: {counters.num_draft_tokens:g} draft tokens over {drafts:g} drafts is "
-                        f"{counters.num_draft_tokens / drafts:.2f} per draft, not the {positions} positions "
-                        "counted: the server drafts fewer tokens at some batch sizes (a per-batch-size depth), so survival "
-                        "at the deep positions cannot be read from these counters; scrape a window where the server ran "
-                        "one depth (a server on specfleet's per-batch-size schedule: serve one depth while scraping)")
+        raise UserError(
+            f"--from-metrics: {counters.num_draft_tokens:g} draft tokens over {drafts:g} drafts is "
+            f"{counters.num_draft_tokens / drafts:.2f} per draft, not the {positions} positions "
+            "counted: the server drafts fewer tokens at some batch sizes (a per-batch-size depth), so survival "
+            "at the deep positions cannot be read from these counters; scrape a window where the server ran "
+            "one depth (a server on specfleet's per-batch-size schedule: serve one depth while scraping)"
+        )
     survival = [a / drafts for a in counters.accepted_per_pos]
     if any(s > 1.0 + 1e-9 for s in survival) or any(b > a + 1e-9 for a, b in zip(survival, survival[1:])):
-        raise UserError("--from-metrics: accepted-per-position counts are inconsistent "
-                        "(survival must fall with position and stay <= 1)")
-    return Curve(condition=condition, temperature=temperature, num_chains=int(counters.num_drafts),
-                 cond_accept=tuple(cond_from_survival(survival)), survival=tuple(survival),
-                 accept_len=tuple(accept_len_from_survival(survival)))
+        raise UserError(
+            "--from-metrics: accepted-per-position counts are inconsistent "
+            "(survival must fall with position and stay <= 1)"
+        )
+    return Curve(
+        condition=condition,
+        temperature=temperature,
+        num_chains=int(counters.num_drafts),
+        cond_accept=tuple(cond_from_survival(survival)),
+        survival=tuple(survival),
+        accept_len=tuple(accept_len_from_survival(survival)),
+    )

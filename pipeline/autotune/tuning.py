@@ -5,6 +5,7 @@ default the pairing's trained drafter is exported once into the work directory (
 layout for EAGLE drafters; the Hugging Face folder itself for standalone draft models), or
 the user names a path with --drafter-path.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,36 +52,53 @@ def pick_version(rows: list[dict], *, hardware: str | None, condition: str | Non
     corrects. Several pairings or several hardware left is an error: which to deploy on is the
     user's to say. The note (None when one version matched) says which was taken over what."""
     matching = [r for r in rows if hardware in (None, r["hardware"]) and condition in (None, r["condition"])]
-    listed = "; ".join(sorted(f"{r['target']}/{r['drafter']} on {r['hardware']}, condition {r['condition']} "
-                              f"(v{r['version']})" for r in rows))
+    listed = "; ".join(
+        sorted(
+            f"{r['target']}/{r['drafter']} on {r['hardware']}, condition {r['condition']} (v{r['version']})"
+            for r in rows
+        )
+    )
     if not matching:
-        raise UserError("--target/--drafter/--hardware/--condition: no tuned config matches"
-                        + (f" (have: {listed})" if rows else "; run `specfleet run SPEC` first"))
+        raise UserError(
+            "--target/--drafter/--hardware/--condition: no tuned config matches"
+            + (f" (have: {listed})" if rows else "; run `specfleet run SPEC` first")
+        )
     pairs = sorted({f"{r['target']}/{r['drafter']}" for r in matching})
     if len(pairs) > 1:
         raise UserError(f"--target/--drafter: {len(pairs)} pairings match ({', '.join(pairs)}); name one")
     machines = sorted({r["hardware"] for r in matching})
     if len(machines) > 1:
-        raise UserError(f"--hardware: tuned on {len(machines)} kinds of hardware ({'; '.join(machines)}); "
-                        "name the one you deploy on")
+        raise UserError(
+            f"--hardware: tuned on {len(machines)} kinds of hardware ({'; '.join(machines)}); "
+            "name the one you deploy on"
+        )
     chosen = max(matching, key=lambda r: (r["created_at"] or "", r["version"]))
     if not chosen.get("drafter_job_hash"):  # a production version: the drafter is the offline one's
-        trained = next((r["drafter_job_hash"] for r in rows if r.get("drafter_job_hash")
-                        and (r["target"], r["drafter"]) == (chosen["target"], chosen["drafter"])), None)
+        trained = next(
+            (
+                r["drafter_job_hash"]
+                for r in rows
+                if r.get("drafter_job_hash") and (r["target"], r["drafter"]) == (chosen["target"], chosen["drafter"])
+            ),
+            None,
+        )
         chosen = {**chosen, "drafter_job_hash": trained}
     others = [r for r in matching if r["version"] != chosen["version"] or r["condition"] != chosen["condition"]]
     if not others:
         return chosen, None
     passed = ", ".join(f"condition {r['condition']} (v{r['version']}, {r['source']})" for r in others)
-    return chosen, (f"using the newest of {len(matching)} active versions: condition {chosen['condition']} "
-                    f"(v{chosen['version']}, {chosen['source']}); not {passed}; --condition picks another")
+    return chosen, (
+        f"using the newest of {len(matching)} active versions: condition {chosen['condition']} "
+        f"(v{chosen['version']}, {chosen['source']}); not {passed}; --condition picks another"
+    )
 
 
 EXPORT_FORMATS = ("eagle3", "speculators")
 
 
-def drafter_path(store, row: dict, workdir: Path, given: str | None, method: str | None = None,
-                 export_format: str = "eagle3") -> tuple[str, str]:
+def drafter_path(
+    store, row: dict, workdir: Path, given: str | None, method: str | None = None, export_format: str = "eagle3"
+) -> tuple[str, str]:
     """(path, vLLM method) for the row's drafter. A given path must exist when it names this
     machine's file system (a hub id is the engine's to fetch); its method is --method, else the
     recorded family's, else read from the folder. Without a path, the family's export of the
@@ -92,23 +110,31 @@ def drafter_path(store, row: dict, workdir: Path, given: str | None, method: str
             raise UserError(f"--drafter-path: {given} does not exist on this machine")
         return given, method or _method_of(trained, given)
     if trained is None or trained.family is None:
-        raise UserError(f"--drafter-path: no trained checkpoint (with its family) is recorded for "
-                        f"{row['target']}/{row['drafter']} (a drafter given by path: in its spec, or one trained "
-                        "by an older release); name the drafter's path")
+        raise UserError(
+            f"--drafter-path: no trained checkpoint (with its family) is recorded for "
+            f"{row['target']}/{row['drafter']} (a drafter given by path: in its spec, or one trained "
+            "by an older release); name the drafter's path"
+        )
     try:  # a folder store's checkpoint in place; a remote store's fetched into this machine's cache
         if not trained.files_uri:
             raise ValueError("no checkpoint is recorded with it")
         checkpoint = materialise(trained.files_uri, trained.files_sha256)
     except (OSError, ValueError, RuntimeError) as exc:
-        raise UserError(f"--drafter-path: the trained checkpoint of {row['target']}/{row['drafter']} cannot be read "
-                        f"here ({str(exc).splitlines()[0]}); name the drafter's path") from None
+        raise UserError(
+            f"--drafter-path: the trained checkpoint of {row['target']}/{row['drafter']} cannot be read "
+            f"here ({str(exc).splitlines()[0]}); name the drafter's path"
+        ) from None
     family = _family(trained)
     if export_format != "eagle3" and family.name != "eagle3":
-        raise UserError(f"--export-format: {row['drafter']} is a {family.name} drafter, served from its own folder; "
-                        f"the {export_format} format holds EAGLE-3 heads")
+        raise UserError(
+            f"--export-format: {row['drafter']} is a {family.name} drafter, served from its own folder; "
+            f"the {export_format} format holds EAGLE-3 heads"
+        )
     if method is not None and method != family.method:
-        raise UserError(f"--method: {row['drafter']} is of the {family.name} family, served as {family.method}, "
-                        f"not {method}; drop --method, or name a --drafter-path that is a {method} drafter")
+        raise UserError(
+            f"--method: {row['drafter']} is of the {family.name} family, served as {family.method}, "
+            f"not {method}; drop --method, or name a --drafter-path that is a {method} drafter"
+        )
     job = row["drafter_job_hash"]
     out = workdir / "exports" / (job if export_format == "eagle3" else f"{job}-{export_format}")
     try:
@@ -116,8 +142,9 @@ def drafter_path(store, row: dict, workdir: Path, given: str | None, method: str
     except ValueError as exc:  # a variant no stock engine runs
         raise UserError(f"--engine: {exc}; pass --drafter-path to a checkpoint the engine can run") from None
     except RuntimeError as exc:  # a checkpoint that cannot be read
-        raise UserError(f"--drafter-path: {str(exc).splitlines()[0]}; rerun its experiment or name the "
-                        "drafter's path") from None
+        raise UserError(
+            f"--drafter-path: {str(exc).splitlines()[0]}; rerun its experiment or name the drafter's path"
+        ) from None
 
 
 def _verifier(store, job: str) -> str:
@@ -125,8 +152,10 @@ def _verifier(store, job: str) -> str:
     target = (store.job_config(job) or {}).get("target") or {}
     name = target.get("hf") or target.get("name")
     if not name:
-        raise UserError(f"--export-format: the database holds no target for drafter job {job[:12]}; the speculators "
-                        "format names the target it drafts for (export as eagle3)")
+        raise UserError(
+            f"--export-format: the database holds no target for drafter job {job[:12]}; the speculators "
+            "format names the target it drafts for (export as eagle3)"
+        )
     return name
 
 
@@ -147,8 +176,9 @@ def check_options(engine: str, version: str | None, method: str | None, export_f
 
 def _check_method(method: str | None) -> None:
     if method is not None and method not in METHODS:
-        raise UserError(f"--method: {method!r} is not a method specfleet's drafters are served as; "
-                        f"use one of {', '.join(METHODS)}")
+        raise UserError(
+            f"--method: {method!r} is not a method specfleet's drafters are served as; use one of {', '.join(METHODS)}"
+        )
 
 
 def _trained(store, row: dict):
@@ -177,8 +207,10 @@ def _method_of(trained, given: str) -> str:
         return family_of(trained.family).method
     config = Path(given).expanduser() / "config.json"
     if not config.is_file():
-        raise UserError(f"--method: cannot tell what {given} is (no recorded drafter, no local config.json); "
-                        f"name it: {' or '.join(METHODS)}")
+        raise UserError(
+            f"--method: cannot tell what {given} is (no recorded drafter, no local config.json); "
+            f"name it: {' or '.join(METHODS)}"
+        )
     try:
         fields = json.loads(config.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
@@ -187,29 +219,51 @@ def _method_of(trained, given: str) -> str:
         raise UserError(f"--drafter-path: {config} is not a model config (a JSON object)")
     kind = fields.get("speculators_model_type")
     if kind is not None and kind != "eagle3":
-        raise UserError(f"--drafter-path: {given} is a speculators {kind!r} model; specfleet serves eagle3 heads "
-                        "and draft models")
-    eagle = kind == "eagle3" or "draft_vocab_size" in fields \
+        raise UserError(
+            f"--drafter-path: {given} is a speculators {kind!r} model; specfleet serves eagle3 heads and draft models"
+        )
+    eagle = (
+        kind == "eagle3"
+        or "draft_vocab_size" in fields
         or "eagle" in json.dumps(fields.get("architectures", [])).lower()
+    )
     return "eagle3" if eagle else "draft_model"
 
 
-def render(engine: str, schedule: list[tuple[int, int, int]], *, model: str, method: str,
-           version: str | None = None, config_dir: Path | None = None,
-           draft_sampling: str | None = None, tree=None) -> engines.Emitted:
+def render(
+    engine: str,
+    schedule: list[tuple[int, int, int]],
+    *,
+    model: str,
+    method: str,
+    version: str | None = None,
+    config_dir: Path | None = None,
+    draft_sampling: str | None = None,
+    tree=None,
+) -> engines.Emitted:
     """The engine config for one release (default: its current one), with the draft tree in place of
     the chain where that release runs it. Files it names (SGLang's adaptive steps) are written to
     `config_dir`, whole or not at all."""
     check_schedule(schedule)
     if max(k for _, _, k in schedule) == 0 and not tree:
-        raise UserError("--engine: speculation does not pay for this pairing on this hardware (depth 0 "
-                        "at every batch size); serve without a drafter")
+        raise UserError(
+            "--engine: speculation does not pay for this pairing on this hardware (depth 0 "
+            "at every batch size); serve without a drafter"
+        )
     if engine not in engines.ENGINES:
         raise UserError(f"--engine: unknown engine {engine!r}; use one of {', '.join(engines.ENGINES)}")
     folder = (config_dir or Path(".")).resolve()
     try:
-        out = engines.emit(engine, schedule, model=model, method=method, version=version, config_dir=str(folder),
-                           draft_sampling=draft_sampling, tree=tree)
+        out = engines.emit(
+            engine,
+            schedule,
+            model=model,
+            method=method,
+            version=version,
+            config_dir=str(folder),
+            draft_sampling=draft_sampling,
+            tree=tree,
+        )
     except engines.EngineVersionError as exc:
         raise UserError(f"{exc.option}: {exc}") from None
     for name, text in out.files.items():
@@ -217,11 +271,20 @@ def render(engine: str, schedule: list[tuple[int, int, int]], *, model: str, met
     return out
 
 
-def from_metrics(store, sources: list[str], *, model_name: str | None, drafter: str, cost_ratio: float | None,
-                 hardware: str | None, temperature: float, code_version: str) -> tuple[dict, str]:
+def from_metrics(
+    store,
+    sources: list[str],
+    *,
+    model_name: str | None,
+    drafter: str,
+    cost_ratio: float | None,
+    hardware: str | None,
+    temperature: float,
+    code_version: str,
+) -> tuple[dict, str]:
     """Production acceptance -> a new active 'production' tuned config. Returns (row, drift report)."""
-    from pipeline.core.choice import choose_depth
     from pipeline.autotune.prod_metrics import parse_counters, production_curve, read_source, window
+    from pipeline.core.choice import choose_depth
 
     if not 1 <= len(sources) <= 2:
         raise UserError("--from-metrics: give one scrape (totals since start) or two (a window)")
@@ -231,8 +294,11 @@ def from_metrics(store, sources: list[str], *, model_name: str | None, drafter: 
     if not target:
         raise UserError("--model: the metrics carry no model_name label; name the target")
     curve = production_curve(counters, temperature=temperature)
-    offline = [r for r in store.best(target=target, drafter=drafter)
-               if r["source"] == "offline" and hardware in (None, r["hardware"])]
+    offline = [
+        r
+        for r in store.best(target=target, drafter=drafter)
+        if r["source"] == "offline" and hardware in (None, r["hardware"])
+    ]
     pass_cost, cost_note = None, f"Leviathan's model at c = {cost_ratio}"
     given_ratio = cost_ratio is not None
     hardware = hardware or (offline[0]["hardware"] if offline else None)  # the offline choice's, if any
@@ -247,16 +313,30 @@ def from_metrics(store, sources: list[str], *, model_name: str | None, drafter: 
     else:
         schedule, schedule_note = _batch_schedule(store, offline[0], curve, choice.depth)
     version = store.add_production_config(
-        target=target, drafter=drafter, hardware=hardware or "production", condition=curve.condition,
-        temperature=temperature, depth=choice.depth, accept_len=choice.accept_len, speedup=choice.speedup,
-        cost_ratio=cost_ratio, code_version=code_version, decode_accept_len=choice.decode_accept_len,
-        cost_model=choice.cost_model, pass_cost=list(pass_cost) if pass_cost is not None else None,
+        target=target,
+        drafter=drafter,
+        hardware=hardware or "production",
+        condition=curve.condition,
+        temperature=temperature,
+        depth=choice.depth,
+        accept_len=choice.accept_len,
+        speedup=choice.speedup,
+        cost_ratio=cost_ratio,
+        code_version=code_version,
+        decode_accept_len=choice.decode_accept_len,
+        cost_model=choice.cost_model,
+        pass_cost=list(pass_cost) if pass_cost is not None else None,
         schedule=[list(r) for r in schedule] if schedule else None,
         notes=f"from {int(counters.num_drafts)} verified drafts of {len(curve.survival)} positions; {cost_note}; "
-              f"{schedule_note}",
+        f"{schedule_note}",
     )
-    row = {"target": target, "drafter": drafter, "depth": choice.depth,
-           "schedule": [list(r) for r in schedule] if schedule else None, "version": version}
+    row = {
+        "target": target,
+        "drafter": drafter,
+        "depth": choice.depth,
+        "schedule": [list(r) for r in schedule] if schedule else None,
+        "version": version,
+    }
     return row, f"{_drift_report(store, target, drafter, curve)}; {schedule_note}"
 
 
@@ -279,7 +359,8 @@ def _batch_schedule(store, offline: dict, curve, depth: int) -> tuple[list | Non
     top = max([max(depths)] + [hi for _, hi, _ in offline.get("schedule") or []])
     schedule = schedule_from_choices(depths, top)
     return schedule, "batch schedule re-derived from the offline batch-size costs: " + ", ".join(
-        f"{lo}-{hi}: k={k}" for lo, hi, k in schedule)
+        f"{lo}-{hi}: k={k}" for lo, hi, k in schedule
+    )
 
 
 def _timed_passes(row: dict, curve, cost_ratio: float):
@@ -290,16 +371,23 @@ def _timed_passes(row: dict, curve, cost_ratio: float):
     if row.get("cost_model") != "timed" or not pass_cost or len(pass_cost) < 2:
         return curve, None, f"Leviathan's model at the stored c = {cost_ratio:.3f}"
     depth = min(curve.max_depth, len(pass_cost) - 1)
-    cut = dataclasses.replace(curve, cond_accept=curve.cond_accept[:depth], survival=curve.survival[:depth],
-                              accept_len=curve.accept_len[: depth + 1])
+    cut = dataclasses.replace(
+        curve,
+        cond_accept=curve.cond_accept[:depth],
+        survival=curve.survival[:depth],
+        accept_len=curve.accept_len[: depth + 1],
+    )
     return cut, list(pass_cost[: depth + 1]), "the offline choice's timed engine iterations"
 
 
 def _drift_report(store, target: str, drafter: str, curve) -> str:
     """How far production survival has moved from the offline curve, per depth both have."""
     rows = store.curve_rows(target=target, drafter=drafter)
-    offline = {r["depth"]: r["survival"] for r in rows if r["temperature"] == min(x["temperature"] for x in rows)} \
-        if rows else {}
+    offline = (
+        {r["depth"]: r["survival"] for r in rows if r["temperature"] == min(x["temperature"] for x in rows)}
+        if rows
+        else {}
+    )
     if not offline:
         return f"no offline curve for {target}/{drafter}: nothing to compare production with"
     diffs = [(j, s - offline[j]) for j, s in enumerate(curve.survival, start=1) if j in offline]

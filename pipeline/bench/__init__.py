@@ -1,1 +1,3 @@
-"""What specfleet costs to run: `specfleet bench` (the suite and its orchestration part) and `specfleet fleet-sim` (fleets of instant jobs)."""
+"""What specfleet costs to run: `specfleet bench` (the suite and its orchestration part) and
+`specfleet fleet-sim` (fleets of instant jobs).
+"""

@@ -9,6 +9,7 @@ in-process executor and on a local Ray cluster (one, started once and not timed)
 SQLite and, when given a server, a fresh PostgreSQL database per run; MLflow is a SQLite store in
 the run's own folder, as `specfleet run` makes one.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -22,8 +23,8 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.run.local_cluster import LocalCluster
 from pipeline.plan import build_plan
+from pipeline.run.local_cluster import LocalCluster
 from pipeline.spec import ExperimentSpec, parse_spec
 
 CODE_VERSION = "fleet-sim"
@@ -36,19 +37,29 @@ def fleet_spec(pairings: int) -> tuple[ExperimentSpec, str]:
     64 (10 pairings: 1 x 10; 100: 2 x 50; 1,000: 20 x 50)."""
     drafters = max(d for d in range(1, MEMBERS + 1) if pairings % d == 0) if pairings >= 1 else 0
     if pairings < 1 or pairings // drafters > MEMBERS:
-        raise ValueError(f"pairings: {pairings}; give a number of targets times a number of drafters, "
-                         f"each at most {MEMBERS}")
-    data = {"name": f"fleet-{pairings}",
-            "targets": [{"name": f"t{i}", "hf": f"specfleet-sim/target-{i}"} for i in range(pairings // drafters)],
-            # drafters that differ in what they train, so each pairing's jobs are its own
-            "drafters": [{"name": f"d{j}", "kind": "eagle3", "train": {"steps": 1 + j}} for j in range(drafters)],
-            "evaluation": {"max_depth": 2}}
+        raise ValueError(
+            f"pairings: {pairings}; give a number of targets times a number of drafters, each at most {MEMBERS}"
+        )
+    data = {
+        "name": f"fleet-{pairings}",
+        "targets": [{"name": f"t{i}", "hf": f"specfleet-sim/target-{i}"} for i in range(pairings // drafters)],
+        # drafters that differ in what they train, so each pairing's jobs are its own
+        "drafters": [{"name": f"d{j}", "kind": "eagle3", "train": {"steps": 1 + j}} for j in range(drafters)],
+        "evaluation": {"max_depth": 2},
+    }
     text = yaml.safe_dump(data, sort_keys=False)
     return parse_spec(text, f"<fleet of {pairings}>"), text
 
 
-def simulate(sizes: tuple[int, ...], *, executors: tuple[str, ...] = ("local", "ray"), postgres: str | None = None,
-             workdir: Path, log: Callable[[str], None] = print, keep: bool = False) -> list[dict]:
+def simulate(
+    sizes: tuple[int, ...],
+    *,
+    executors: tuple[str, ...] = ("local", "ray"),
+    postgres: str | None = None,
+    workdir: Path,
+    log: Callable[[str], None] = print,
+    keep: bool = False,
+) -> list[dict]:
     """One row per executor, database and fleet size: jobs, planning and running seconds, per-job
     milliseconds. Every run writes into a new folder of `workdir` (and a new PostgreSQL database),
     removed afterwards unless `keep`."""
@@ -66,8 +77,10 @@ def simulate(sizes: tuple[int, ...], *, executors: tuple[str, ...] = ("local", "
                     finally:
                         if not keep:
                             shutil.rmtree(folder, ignore_errors=True)
-                    log(f"fleet: {n} pairings ({row['jobs']} jobs), {executor} executor, {database}: planned in "
-                        f"{row['plan_s']:.2f} s, ran in {row['run_s']:.1f} s, {row['ms_per_job']:.1f} ms per job")
+                    log(
+                        f"fleet: {n} pairings ({row['jobs']} jobs), {executor} executor, {database}: planned in "
+                        f"{row['plan_s']:.2f} s, ran in {row['run_s']:.1f} s, {row['ms_per_job']:.1f} ms per job"
+                    )
                     rows.append(row)
     return rows
 
@@ -87,16 +100,33 @@ def _one(n: int, executor: str, database: str, db_url: str | None, connect: Call
         t0 = time.perf_counter()
         plan = build_plan(spec, CODE_VERSION)
         planned = time.perf_counter()
-        summary = run_plan(plan, spec=spec, spec_text=text, store=store, tracker=tracker, workdir=folder,
-                           connect=connect, console=Console(quiet=True))
+        summary = run_plan(
+            plan,
+            spec=spec,
+            spec_text=text,
+            store=store,
+            tracker=tracker,
+            workdir=folder,
+            connect=connect,
+            console=Console(quiet=True),
+        )
         ran = time.perf_counter()
     finally:
         store.close()
     if summary.failed or len(summary.done) != len(plan.jobs):
-        raise RuntimeError(f"fleet simulation: {len(summary.done)} of {len(plan.jobs)} jobs ran, "
-                           f"{len(summary.failed)} failed: {next(iter(summary.failed.values()), '')}")
-    return {"executor": executor, "database": database, "pairings": n, "jobs": len(plan.jobs),
-            "plan_s": planned - t0, "run_s": ran - planned, "ms_per_job": (ran - t0) * 1000 / len(plan.jobs)}
+        raise RuntimeError(
+            f"fleet simulation: {len(summary.done)} of {len(plan.jobs)} jobs ran, "
+            f"{len(summary.failed)} failed: {next(iter(summary.failed.values()), '')}"
+        )
+    return {
+        "executor": executor,
+        "database": database,
+        "pairings": n,
+        "jobs": len(plan.jobs),
+        "plan_s": planned - t0,
+        "run_s": ran - planned,
+        "ms_per_job": (ran - t0) * 1000 / len(plan.jobs),
+    }
 
 
 @contextmanager
@@ -137,7 +167,9 @@ def check_server(postgres: str) -> None:
         raise UserError(f"--postgres: {engine.url.render_as_string()} is {engine.dialect.name}, not PostgreSQL")
     try:
         with engine.connect() as conn:
-            if not conn.execute(text("SELECT rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user")).scalar():
+            if not conn.execute(
+                text("SELECT rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user")
+            ).scalar():
                 raise UserError(f"--postgres: the user of {engine.url.render_as_string()} may not create databases")
     except SQLAlchemyError as exc:
         raise UserError(f"--postgres: cannot connect to {engine.url.render_as_string()}: {one_line(exc)}") from None
@@ -168,11 +200,15 @@ def _database(kind: str, postgres: str | None) -> Iterator[str | None]:
 
 def table(rows: list[dict]) -> str:
     """The rows as a Markdown table."""
-    lines = ["| pairings | jobs | executor | database | planning (s) | run (s) | per job (ms) |",
-             "|---:|---:|---|---|---:|---:|---:|"]
+    lines = [
+        "| pairings | jobs | executor | database | planning (s) | run (s) | per job (ms) |",
+        "|---:|---:|---|---|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['pairings']:,} | {r['jobs']:,} | {r['executor']} | {r['database']} | {r['plan_s']:.2f} | "
-                     f"{r['run_s']:.1f} | {r['ms_per_job']:.1f} |")
+        lines.append(
+            f"| {r['pairings']:,} | {r['jobs']:,} | {r['executor']} | {r['database']} | {r['plan_s']:.2f} | "
+            f"{r['run_s']:.1f} | {r['ms_per_job']:.1f} |"
+        )
     return "\n".join(lines) + "\n"
 
 

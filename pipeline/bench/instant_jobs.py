@@ -7,6 +7,7 @@ by reference, as real ones do; curves, cost tables and speedup checks are fixed 
 of the right shapes; select_depth runs for real (it is arithmetic on its inputs). Nothing here
 imports torch.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,10 +32,15 @@ def _curve(max_depth: int, condition: str, temperature: float) -> Curve:
 def _measured(config: c.MeasureCurveConfig) -> c.Measured:
     ev = config.evaluation
     curves = tuple(_curve(ev.max_depth, cond, t) for cond in ev.conditions for t in ev.temperatures)
-    rms = tuple(c.DiagnosticValue(condition=curves[0].condition, temperature=curves[0].temperature, depth=k,
-                                  name="rms", value=1.0 + 0.1 * k) for k in range(1, ev.max_depth + 1))
-    return c.Measured(curves=curves, per_prompt=tuple(() for _ in curves), walks=tuple(() for _ in curves),
-                      diagnostics=rms)
+    rms = tuple(
+        c.DiagnosticValue(
+            condition=curves[0].condition, temperature=curves[0].temperature, depth=k, name="rms", value=1.0 + 0.1 * k
+        )
+        for k in range(1, ev.max_depth + 1)
+    )
+    return c.Measured(
+        curves=curves, per_prompt=tuple(() for _ in curves), walks=tuple(() for _ in curves), diagnostics=rms
+    )
 
 
 def _profiled(config: c.ProfileCostConfig) -> c.Profiled:
@@ -55,8 +61,17 @@ def _stored(result_type, kind: str, checkpoints: str | None, job_hash: str | Non
         shutil.rmtree(folder, ignore_errors=True)  # gone already once published
 
 
-def instant_job(kind: str, config: c.JobConfig, inputs: dict, *, num_cpus: float, num_gpus: float, progress=None,
-                checkpoints: str | None = None, job_hash: str | None = None):
+def instant_job(
+    kind: str,
+    config: c.JobConfig,
+    inputs: dict,
+    *,
+    num_cpus: float,
+    num_gpus: float,
+    progress=None,
+    checkpoints: str | None = None,
+    job_hash: str | None = None,
+):
     """The kind's result at once (workers/jobs/run.py:run_job's signature)."""
     if kind in ("train_target", "train_drafter"):
         result = _stored(c.Trained, kind, checkpoints, job_hash)

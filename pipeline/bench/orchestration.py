@@ -24,6 +24,7 @@ its shutdown not at all; the stores are created and the inputs recorded before t
 Ray's time does include its workers' first imports (torch, through the worker dispatch), which
 every run on a fresh cluster pays.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -37,16 +38,23 @@ import yaml
 from pipeline.core.contracts import Measured, Profiled
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.kinds import resolve
-from pipeline.run.local_cluster import LocalCluster
 from pipeline.plan import Job, Plan, build_plan, job_hash
+from pipeline.run.local_cluster import LocalCluster
 from pipeline.spec import ExperimentSpec, parse_spec
 
 CODE_VERSION = "orchestration-bench"  # one version for every job: the jobs' code does not change mid-run
 EXECUTOR_MODES = ("local", "ray")
 
 
-def orchestration_bench(workdir: Path, *, jobs: int = 200, measured: Measured, profiled: Profiled,
-                        log: Callable[[str], None] = print, ray: bool = True) -> dict:
+def orchestration_bench(
+    workdir: Path,
+    *,
+    jobs: int = 200,
+    measured: Measured,
+    profiled: Profiled,
+    log: Callable[[str], None] = print,
+    ray: bool = True,
+) -> dict:
     """Run `jobs` select_depth jobs on `measured` and `profiled` directly, through the executor in
     process and through it on a new local Ray cluster; their times (s), per job (ms) and the
     executor's overhead per job over the direct loop (ms, and as a share of the direct per-job
@@ -57,8 +65,9 @@ def orchestration_bench(workdir: Path, *, jobs: int = 200, measured: Measured, p
         raise ValueError(f"jobs: {jobs}, need at least 1")
     Path(workdir).mkdir(parents=True, exist_ok=True)
     # never an earlier run's folder: its finished jobs would be reused, and nothing timed
-    folders = {mode: Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=workdir)) for mode in EXECUTOR_MODES
-               if ray or mode != "ray"}
+    folders = {
+        mode: Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=workdir)) for mode in EXECUTOR_MODES if ray or mode != "ray"
+    }
     spec, text = _spec(measured)
     inputs, plan = _plans(spec, jobs)
     given = {inputs.jobs[0].hash: measured, inputs.jobs[1].hash: profiled}
@@ -77,10 +86,12 @@ def orchestration_bench(workdir: Path, *, jobs: int = 200, measured: Measured, p
 def _spec(measured: Measured) -> tuple[ExperimentSpec, str]:
     """The spec of one pairing that trains nothing: its jobs are measure_curve, profile_cost and
     select_depth (max_depth is the given curve's, so the upstream configs describe those results)."""
-    data = {"name": "orchestration-bench",
-            "targets": [{"name": "target", "hf": "specfleet-bench/target"}],
-            "drafters": [{"name": "draft", "kind": "standalone", "hf": "specfleet-bench/draft"}],
-            "evaluation": {"max_depth": measured.curves[0].max_depth}}
+    data = {
+        "name": "orchestration-bench",
+        "targets": [{"name": "target", "hf": "specfleet-bench/target"}],
+        "drafters": [{"name": "draft", "kind": "standalone", "hf": "specfleet-bench/draft"}],
+        "evaluation": {"max_depth": measured.curves[0].max_depth},
+    }
     text = yaml.safe_dump(data, sort_keys=False)
     return parse_spec(text, "<orchestration bench>"), text
 
@@ -98,8 +109,12 @@ def _plans(spec: ExperimentSpec, n: int) -> tuple[Plan, Plan]:
 def _reseeded(job: Job, seed: int) -> Job:
     """The same job with another seed, hashed as the planner hashes it."""
     config = job.config.model_copy(update={"seed": seed})
-    return replace(job, config=config, name=f"{job.name} seed {seed}",
-                   hash=job_hash(job.kind, config.hashed(), dict(job.deps), CODE_VERSION))
+    return replace(
+        job,
+        config=config,
+        name=f"{job.name} seed {seed}",
+        hash=job_hash(job.kind, config.hashed(), dict(job.deps), CODE_VERSION),
+    )
 
 
 def _run_kind(kind: str, config, inputs: dict, *, num_cpus: float, num_gpus: float, progress, **_):
@@ -114,8 +129,14 @@ def _direct(plan: Plan, given: dict) -> float:
     resolve(job_kind(selects[0].kind).run)  # imported before the clock starts
     t0 = time.perf_counter()
     for job in selects:
-        _run_kind(job.kind, job.config, {name: given[h] for name, h in job.deps}, num_cpus=job.num_cpus,
-                  num_gpus=job.num_gpus, progress=lambda step, total, loss: None)
+        _run_kind(
+            job.kind,
+            job.config,
+            {name: given[h] for name, h in job.deps},
+            num_cpus=job.num_cpus,
+            num_gpus=job.num_gpus,
+            progress=lambda step, total, loss: None,
+        )
     return time.perf_counter() - t0
 
 
@@ -145,8 +166,9 @@ def _on_ray(folder: Path, bench: dict) -> tuple[float, float]:
         cluster.close()
 
 
-def _recorded(folder: Path, connect: Callable, *, spec: ExperimentSpec, text: str, inputs: Plan, plan: Plan,
-              given: dict) -> float:
+def _recorded(
+    folder: Path, connect: Callable, *, spec: ExperimentSpec, text: str, inputs: Plan, plan: Plan, given: dict
+) -> float:
     """Seconds `plan` takes through the executor in the new work directory `folder`, once its
     inputs are recorded there; raises unless every select job ran and was recorded."""
     from rich.console import Console
@@ -178,11 +200,14 @@ def _recorded(folder: Path, connect: Callable, *, spec: ExperimentSpec, text: st
 def _check(summary, ran: int, reused: int) -> None:
     """A run that failed or reran anything would time something else than asked: refuse its numbers."""
     if summary.failed:
-        raise RuntimeError(f"orchestration bench: {len(summary.failed)} job(s) failed, e.g. "
-                           f"{next(iter(summary.failed.values()))}")
+        raise RuntimeError(
+            f"orchestration bench: {len(summary.failed)} job(s) failed, e.g. {next(iter(summary.failed.values()))}"
+        )
     if (len(summary.done), len(summary.cached)) != (ran, reused):
-        raise RuntimeError(f"orchestration bench: {len(summary.done)} job(s) ran and {len(summary.cached)} were "
-                           f"reused, expected {ran} and {reused}")
+        raise RuntimeError(
+            f"orchestration bench: {len(summary.done)} job(s) ran and {len(summary.cached)} were "
+            f"reused, expected {ran} and {reused}"
+        )
 
 
 def _per_job(n: int, seconds: dict[str, float]) -> dict:

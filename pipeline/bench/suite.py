@@ -12,6 +12,7 @@ then, on its stored results and models, in this process:
 - training: drafter training tokens/s per TTT depth and the target's share of it (workers/measure/bench.py).
 Results go to bench.json and bench.md (pipeline/bench/table.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,9 @@ from pipeline.cli.common import workdir_stores
 from pipeline.errors import UserError
 
 
-def run_bench(*, spec: Path, workdir: Path, out: Path, jobs: int, ttt_depths: tuple[int, ...], train_steps: int,
-              log=print) -> dict:
+def run_bench(
+    *, spec: Path, workdir: Path, out: Path, jobs: int, ttt_depths: tuple[int, ...], train_steps: int, log=print
+) -> dict:
     from db.store import Store
     from pipeline.bench.orchestration import orchestration_bench
     from pipeline.report.data import load_experiment
@@ -46,18 +48,27 @@ def run_bench(*, spec: Path, workdir: Path, out: Path, jobs: int, ttt_depths: tu
         stored = _stored_inputs(store, record.id, pairing)
     finally:
         store.close()
-    results = {"machine": _machine(), "experiment": {"name": parsed.name, "run_s": run_s,
-                                                      "pairing": pairing.label, "chosen_depth": pairing.selected.choice.depth}}
+    results = {
+        "machine": _machine(),
+        "experiment": {
+            "name": parsed.name,
+            "run_s": run_s,
+            "pairing": pairing.label,
+            "chosen_depth": pairing.selected.choice.depth,
+        },
+    }
     check = pairing.validated.speedup_check
     results["engine"] = _engine(check)
     log("bench: curve cost (curve, per-depth sweep, lower bound)")
     results["curve_cost"], results["training"] = _in_process(pairing, stored, ttt_depths, train_steps, log)
-    results["autotune"] = _autotune(pairing, results["curve_cost"]["curve"]["seconds"], results["curve_cost"]["sweep"],
-                                    check)
+    results["autotune"] = _autotune(
+        pairing, results["curve_cost"]["curve"]["seconds"], results["curve_cost"]["sweep"], check
+    )
     log(f"bench: orchestration ({jobs} jobs three ways)")
     fresh = Path(tempfile.mkdtemp(prefix="orchestration-", dir=workdir))  # nothing of an earlier bench is reused
-    results["orchestration"] = orchestration_bench(fresh, jobs=jobs, measured=pairing.measured,
-                                                   profiled=pairing.profiled, log=log)
+    results["orchestration"] = orchestration_bench(
+        fresh, jobs=jobs, measured=pairing.measured, profiled=pairing.profiled, log=log
+    )
     results["seconds"] = time.perf_counter() - started
     from pipeline.bench.table import bench_tables
 
@@ -75,8 +86,13 @@ def _run_experiment(spec: Path, workdir: Path, log) -> float:
     env = {k: v for k, v in os.environ.items() if k not in ("SPECFLEET_DB", "MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
     # the bench's own stores in its work directory (MLflow's artifacts included), never $SPECFLEET_DB or a
     # shared MLflow: both variables are left out above, so `run` takes the work directory's defaults
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", str(spec), "--workdir", str(workdir)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**env, "COLUMNS": "160"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", str(spec), "--workdir", str(workdir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**env, "COLUMNS": "160"},
+    )
     tail: list[str] = []
     for line in proc.stdout:
         tail = (tail + [line.rstrip()])[-20:]
@@ -93,8 +109,11 @@ def _stored_inputs(store, experiment_id: int, pairing) -> dict:
     from pipeline.core.kinds import kind as job_kind
     from pipeline.report.data import member_name
 
-    jobs = [j for j in store.experiment_results(experiment_id)
-            if j["kind"] in ("train_target", "train_drafter", "regenerate", "target_features", "measure_curve")]
+    jobs = [
+        j
+        for j in store.experiment_results(experiment_id)
+        if j["kind"] in ("train_target", "train_drafter", "regenerate", "target_features", "measure_curve")
+    ]
 
     def ours(job) -> bool:
         config = job["config"]
@@ -110,8 +129,7 @@ def _stored_inputs(store, experiment_id: int, pairing) -> dict:
     for job in jobs:
         if ours(job):
             kind = job_kind(job["kind"])
-            out[job["kind"]] = (kind.config.model_validate(job["config"]),
-                                kind.result.model_validate(job["result"]))
+            out[job["kind"]] = (kind.config.model_validate(job["config"]), kind.result.model_validate(job["result"]))
     if "train_drafter" not in out or "measure_curve" not in out:
         raise UserError("the bench experiment stored no trained drafter or no curve")
     return out
@@ -120,8 +138,8 @@ def _stored_inputs(store, experiment_id: int, pairing) -> dict:
 def _in_process(pairing, stored: dict, ttt_depths, train_steps: int, log) -> tuple[dict, list[dict]]:
     import torch
 
-    from workers.measure.bench import curve_cost, training_speed
     from workers.drafters.pairing import load_pairing
+    from workers.measure.bench import curve_cost, training_speed
 
     config, drafter_result = stored["train_drafter"]
     torch.set_num_threads(2)  # as the run's timing jobs had it (profile_cost, measure_speedup: 2 CPUs each)
@@ -132,13 +150,29 @@ def _in_process(pairing, stored: dict, ttt_depths, train_steps: int, log) -> tup
     evaluation = curve_config.evaluation
     costs = pairing.profiled.cost
     pass_ms = costs.pass_ms or [costs.verify_ms + k * costs.draft_ms for k in range(evaluation.max_depth + 1)]
-    cost = curve_cost(target=target, drafter=drafter, family=family, tokenizer=tokenizer, evaluation=evaluation,
-                      pass_ms=pass_ms, seed=curve_config.seed)
+    cost = curve_cost(
+        target=target,
+        drafter=drafter,
+        family=family,
+        tokenizer=tokenizer,
+        evaluation=evaluation,
+        pass_ms=pass_ms,
+        seed=curve_config.seed,
+    )
     log(f"bench: training tokens/s at TTT depths {list(ttt_depths)}")
     data = stored.get("regenerate", (None, None))[1]
     features = stored.get("target_features", (None, None))[1]
-    training = training_speed(target=target, tokenizer=tokenizer, spec=config.drafter, data=data, features=features,
-                              ttt_depths=ttt_depths, steps=train_steps, seed=config.seed, device=device)
+    training = training_speed(
+        target=target,
+        tokenizer=tokenizer,
+        spec=config.drafter,
+        data=data,
+        features=features,
+        ttt_depths=ttt_depths,
+        steps=train_steps,
+        seed=config.seed,
+        device=device,
+    )
     return cost, training
 
 
@@ -150,9 +184,15 @@ def _engine(check) -> dict:
         raise UserError("the bench experiment's validation did not time HF generate (validation.compare_hf: true)")
     k = check.chosen_depth
     plain, chosen = check.tokens[0] / check.seconds[0], check.tokens[k] / check.seconds[k]
-    return {"hf_plain_tokens_per_s": plain_hf, "engine_plain_tokens_per_s": plain,
-            "engine_chosen_tokens_per_s": chosen, "chosen_depth": k, "engine_plain_over_hf": plain / plain_hf,
-            "engine_chosen_over_hf": chosen / plain_hf, "engine_chosen_over_plain": chosen / plain}
+    return {
+        "hf_plain_tokens_per_s": plain_hf,
+        "engine_plain_tokens_per_s": plain,
+        "engine_chosen_tokens_per_s": chosen,
+        "chosen_depth": k,
+        "engine_plain_over_hf": plain / plain_hf,
+        "engine_chosen_over_hf": chosen / plain_hf,
+        "engine_chosen_over_plain": chosen / plain,
+    }
 
 
 def _autotune(pairing, curve_s: float, sweep: dict, check) -> dict:
@@ -164,16 +204,28 @@ def _autotune(pairing, curve_s: float, sweep: dict, check) -> dict:
     brute_s = sweep["seconds_all_depths"]
     brute_k = max(range(len(sweep["tokens_per_s"])), key=lambda k: sweep["tokens_per_s"][k])
     chosen, best = check.chosen_depth, max(check.tokens_per_s)
-    return {"choose_s": choose_s, "brute_force_s": brute_s, "choose_over_brute_force": choose_s / brute_s,
-            "chosen_depth": chosen, "brute_force_depth": brute_k, "best_held_out_depth": check.best_measured_depth,
-            "chosen_regret": 1.0 - check.tokens_per_s[chosen] / best,
-            "brute_force_regret": 1.0 - check.tokens_per_s[brute_k] / best,
-            "chosen_tokens_per_s": check.tokens_per_s[chosen], "brute_force_tokens_per_s": check.tokens_per_s[brute_k],
-            "best_tokens_per_s": best}
+    return {
+        "choose_s": choose_s,
+        "brute_force_s": brute_s,
+        "choose_over_brute_force": choose_s / brute_s,
+        "chosen_depth": chosen,
+        "brute_force_depth": brute_k,
+        "best_held_out_depth": check.best_measured_depth,
+        "chosen_regret": 1.0 - check.tokens_per_s[chosen] / best,
+        "brute_force_regret": 1.0 - check.tokens_per_s[brute_k] / best,
+        "chosen_tokens_per_s": check.tokens_per_s[chosen],
+        "brute_force_tokens_per_s": check.tokens_per_s[brute_k],
+        "best_tokens_per_s": best,
+    }
 
 
 def _machine() -> dict:
     import torch
 
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__}
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }

@@ -1,11 +1,12 @@
 """What the `specfleet` commands share: the consoles, the switches that say where things live, and
 opening the database they name."""
+
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -16,8 +17,13 @@ out = Console(width=None if sys.stdout.isatty() else 120)  # no wrapping of tabl
 err = Console(stderr=True)
 
 WorkdirOpt = Annotated[Path, typer.Option("--workdir", help="Where the default SQLite stores and checkpoints live.")]
-DbOpt = Annotated[Optional[str], typer.Option("--db", help="Database URL (default: $SPECFLEET_DB or SQLite in the workdir).")]
-MlflowOpt = Annotated[Optional[str], typer.Option("--mlflow", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or SQLite in the workdir).")]
+DbOpt = Annotated[
+    str | None, typer.Option("--db", help="Database URL (default: $SPECFLEET_DB or SQLite in the workdir).")
+]
+MlflowOpt = Annotated[
+    str | None,
+    typer.Option("--mlflow", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or SQLite in the workdir)."),
+]
 
 
 def workdir_db(workdir: Path) -> Path:
@@ -28,8 +34,11 @@ def workdir_db(workdir: Path) -> Path:
 def workdir_stores(workdir: Path) -> tuple[str, str, str]:
     """(database URL, MLflow tracking URI, MLflow artifact root) of the embedded default: SQLite files
     and a folder in the work directory."""
-    return (f"sqlite:///{workdir_db(workdir).resolve()}", f"sqlite:///{(workdir / 'mlflow.db').resolve()}",
-            str(workdir / "mlflow-artifacts"))
+    return (
+        f"sqlite:///{workdir_db(workdir).resolve()}",
+        f"sqlite:///{(workdir / 'mlflow.db').resolve()}",
+        str(workdir / "mlflow-artifacts"),
+    )
 
 
 def db_url(workdir: Path, db: str | None) -> str:
@@ -62,8 +71,10 @@ def read_store(workdir: Path, db: str | None):
     database."""
     path = workdir_db(workdir)
     if db_url(workdir, db) == workdir_stores(workdir)[0] and not path.is_file():
-        raise UserError(f"--workdir: {workdir} holds no specfleet database ({path.name}); "
-                        f"`specfleet run SPEC --workdir {workdir}` makes one, or name one with --db")
+        raise UserError(
+            f"--workdir: {workdir} holds no specfleet database ({path.name}); "
+            f"`specfleet run SPEC --workdir {workdir}` makes one, or name one with --db"
+        )
     return open_store(workdir, db)
 
 

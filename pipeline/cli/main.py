@@ -4,6 +4,7 @@
 The CLI takes a spec path and switches that say where things live (work directory, database,
 MLflow, Ray cluster); everything that changes results is in the spec.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -22,8 +23,9 @@ from pipeline.cli import results as cli_results
 from pipeline.cli.common import DbOpt, MlflowOpt, WorkdirOpt, db_url, err, mlflow_uri, open_store, out, read_store
 from pipeline.errors import SpecError, UserError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Tune speculative-decoding depth and draft trees across a fleet.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Tune speculative-decoding depth and draft trees across a fleet."
+)
 
 
 @app.command()
@@ -35,25 +37,45 @@ def validate(spec: Annotated[Path, typer.Argument(help="Experiment YAML.")]):
 
     parsed, _ = load_spec(spec)
     plan = build_plan(parsed, code_version)
-    out.print(f"[green]ok[/green] {spec}: {len(parsed.targets)} target(s), {len(parsed.drafters)} drafter(s), "
-              f"{len(parsed.pairing_list())} pairing(s), {len(plan.jobs)} jobs")
+    out.print(
+        f"[green]ok[/green] {spec}: {len(parsed.targets)} target(s), {len(parsed.drafters)} drafter(s), "
+        f"{len(parsed.pairing_list())} pairing(s), {len(plan.jobs)} jobs"
+    )
 
 
 @app.command()
 def run(
     spec: Annotated[Path, typer.Argument(help="Experiment YAML.")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and stop.")] = False,
-    address: Annotated[Optional[str], typer.Option("--address", help="Join this Ray cluster (default: $RAY_ADDRESS, else start one here).")] = None,
-    runtime_env_json: Annotated[Optional[str], typer.Option(
-        "--runtime-env", help="Ray runtime_env for the workers, as JSON: {\"env_vars\": {\"HF_TOKEN\": \"...\"}, "
-                              "\"pip\": [...]}; added to the spec's runtime_env section.")] = None,
-    retry_s: Annotated[Optional[float], typer.Option(
-        "--retry-s", help="How long database and MLflow calls wait out an outage before the run stops "
-                          "(default: $SPECFLEET_DB_RETRY_S and $SPECFLEET_MLFLOW_RETRY_S, else 60).")] = None,
-    checkpoints: Annotated[Optional[str], typer.Option(
-        "--checkpoints", help="Where jobs store trained models and data, by reference: a folder every node mounts, "
-                              "or a URI MLflow writes artifacts to (s3://, gs://, ...) (default: "
-                              "$SPECFLEET_CHECKPOINTS, else an MLflow server's artifact store, else the workdir).")] = None,
+    address: Annotated[
+        str | None,
+        typer.Option("--address", help="Join this Ray cluster (default: $RAY_ADDRESS, else start one here)."),
+    ] = None,
+    runtime_env_json: Annotated[
+        str | None,
+        typer.Option(
+            "--runtime-env",
+            help='Ray runtime_env for the workers, as JSON: {"env_vars": {"HF_TOKEN": "..."}, '
+            '"pip": [...]}; added to the spec\'s runtime_env section.',
+        ),
+    ] = None,
+    retry_s: Annotated[
+        float | None,
+        typer.Option(
+            "--retry-s",
+            help="How long database and MLflow calls wait out an outage before the run stops "
+            "(default: $SPECFLEET_DB_RETRY_S and $SPECFLEET_MLFLOW_RETRY_S, else 60).",
+        ),
+    ] = None,
+    checkpoints: Annotated[
+        str | None,
+        typer.Option(
+            "--checkpoints",
+            help="Where jobs store trained models and data, by reference: a folder every node mounts, "
+            "or a URI MLflow writes artifacts to (s3://, gs://, ...) (default: "
+            "$SPECFLEET_CHECKPOINTS, else an MLflow server's artifact store, else the workdir).",
+        ),
+    ] = None,
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
     mlflow: MlflowOpt = None,
@@ -75,8 +97,17 @@ def run(
         if dry_run:
             _print_plan(plan, workdir, db)
             return
-        _run(plan, parsed, text, workdir, db, mlflow, joined or (lambda: _ray_cluster(None, runtime_env)), retry_s,
-             checkpoints or os.environ.get("SPECFLEET_CHECKPOINTS"))
+        _run(
+            plan,
+            parsed,
+            text,
+            workdir,
+            db,
+            mlflow,
+            joined or (lambda: _ray_cluster(None, runtime_env)),
+            retry_s,
+            checkpoints or os.environ.get("SPECFLEET_CHECKPOINTS"),
+        )
     finally:
         if joined is not None:
             joined.close()
@@ -90,13 +121,17 @@ def _plan(parsed, cluster):
     from pipeline.version import code_version
 
     worker = probe_worker(parsed, cluster)
-    err.print(f"timing jobs planned for {worker.device} (CUDA {worker.cuda}, driver {worker.driver}, torch "
-              f"{worker.torch}, transformers {worker.transformers})", soft_wrap=True)
+    err.print(
+        f"timing jobs planned for {worker.device} (CUDA {worker.cuda}, driver {worker.driver}, torch "
+        f"{worker.torch}, transformers {worker.transformers})",
+        soft_wrap=True,
+    )
     return build_plan(parsed, code_version, worker)
 
 
-def _run(plan, parsed, text: str, workdir: Path, db, mlflow, cluster, retry_s: float | None,
-         checkpoints: str | None = None) -> None:
+def _run(
+    plan, parsed, text: str, workdir: Path, db, mlflow, cluster, retry_s: float | None, checkpoints: str | None = None
+) -> None:
     """Run `plan` on `cluster` (a joined one, or a function starting the local one when needed)."""
     from pipeline.run.executor import run_plan
     from pipeline.run.summary import selected_rows, speedup_checks
@@ -108,15 +143,26 @@ def _run(plan, parsed, text: str, workdir: Path, db, mlflow, cluster, retry_s: f
     tracker.check()
     store = open_store(workdir, db, retry_s)
     try:
-        summary = run_plan(plan, spec=parsed, spec_text=text, store=store, tracker=tracker, workdir=workdir,
-                           connect=cluster if callable(cluster) else lambda: cluster, console=err,
-                           checkpoints=checkpoints)
+        summary = run_plan(
+            plan,
+            spec=parsed,
+            spec_text=text,
+            store=store,
+            tracker=tracker,
+            workdir=workdir,
+            connect=cluster if callable(cluster) else lambda: cluster,
+            console=err,
+            checkpoints=checkpoints,
+        )
         names = {j.hash: j.name for j in plan.jobs}
-        out.print(f"experiment {parsed.name} (id {summary.experiment_id}, MLflow run {summary.mlflow_run_id}) on "
-                  f"{summary.cluster}: {len(summary.done)} ran, "
-                  + (f"{len(summary.recovered)} recorded from an earlier run, " if summary.recovered else "")
-                  + f"{len(summary.cached)} reused, "
-                  f"{len(summary.failed)} failed in {summary.seconds:.1f}s", soft_wrap=True)
+        out.print(
+            f"experiment {parsed.name} (id {summary.experiment_id}, MLflow run {summary.mlflow_run_id}) on "
+            f"{summary.cluster}: {len(summary.done)} ran, "
+            + (f"{len(summary.recovered)} recorded from an earlier run, " if summary.recovered else "")
+            + f"{len(summary.cached)} reused, "
+            f"{len(summary.failed)} failed in {summary.seconds:.1f}s",
+            soft_wrap=True,
+        )
         if summary.report is not None:
             out.print(f"curves of every pairing: {summary.report}", soft_wrap=True)
         rows = selected_rows(plan, store)
@@ -161,13 +207,18 @@ def _print_plan(plan, workdir: Path, db: str | None) -> None:
 
 @app.command()
 def best(
-    target: Annotated[Optional[str], typer.Option("--target", help="Only this target.")] = None,
-    drafter: Annotated[Optional[str], typer.Option("--drafter", help="Only this drafter.")] = None,
+    target: Annotated[str | None, typer.Option("--target", help="Only this target.")] = None,
+    drafter: Annotated[str | None, typer.Option("--drafter", help="Only this drafter.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
     history: Annotated[bool, typer.Option("--history", help="Every version, not only the active one.")] = False,
-    by_category: Annotated[bool, typer.Option(
-        "--by-category", help="Also the depth each prompt category gets on its own (a prompts file with "
-                              "categories); a production version shows its workload's newest offline choice's.")] = False,
+    by_category: Annotated[
+        bool,
+        typer.Option(
+            "--by-category",
+            help="Also the depth each prompt category gets on its own (a prompts file with "
+            "categories); a production version shows its workload's newest offline choice's.",
+        ),
+    ] = False,
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
 ):
@@ -182,8 +233,10 @@ def best(
     from pipeline.report.plots import best_table, category_table
 
     if by_category and not as_json and rows and not any(r["categories"] for r in rows):
-        err.print("no depths per category: the prompts had no categories (give evaluation.prompts a file whose "
-                  "records have a category field)")
+        err.print(
+            "no depths per category: the prompts had no categories (give evaluation.prompts a file whose "
+            "records have a category field)"
+        )
         raise typer.Exit(1)
     table = (lambda: category_table(rows)) if by_category else (lambda: best_table(rows, versioned=True))
     _show(rows, as_json, "no tuned configs yet: run `specfleet run SPEC` first", table)
@@ -209,8 +262,8 @@ def _show(rows: list[dict], as_json: bool, none_yet: str, table) -> None:
 
 @app.command()
 def speedups(
-    target: Annotated[Optional[str], typer.Option("--target", help="Only this target.")] = None,
-    drafter: Annotated[Optional[str], typer.Option("--drafter", help="Only this drafter.")] = None,
+    target: Annotated[str | None, typer.Option("--target", help="Only this target.")] = None,
+    drafter: Annotated[str | None, typer.Option("--drafter", help="Only this drafter.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows (one per depth) as a JSON list.")] = False,
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
@@ -224,8 +277,12 @@ def speedups(
         store.close()
     from pipeline.report.plots import engine_tables
 
-    _show(rows, as_json, "no engine benchmarks yet: add a `validation:` section to the spec and run it",
-          lambda: engine_tables(checks))
+    _show(
+        rows,
+        as_json,
+        "no engine benchmarks yet: add a `validation:` section to the spec and run it",
+        lambda: engine_tables(checks),
+    )
 
 
 def _benchmarks(store, rows: list[dict]) -> list[tuple[str, str, object]]:
@@ -247,8 +304,13 @@ def _benchmarks(store, rows: list[dict]) -> list[tuple[str, str, object]]:
 
 @app.command()
 def status(
-    job: Annotated[Optional[str], typer.Option("--job", help="One job in full (its name or a hash prefix): "
-                                                           "state, owner and the whole traceback of a failure.")] = None,
+    job: Annotated[
+        str | None,
+        typer.Option(
+            "--job",
+            help="One job in full (its name or a hash prefix): state, owner and the whole traceback of a failure.",
+        ),
+    ] = None,
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
 ):
@@ -260,17 +322,26 @@ def status(
             return
         for exp in store.experiments():
             c = exp["job_counts"]
-            out.print(f"[bold]{exp['name']}[/bold] id {exp['id']} spec {exp['spec_hash'][:10]} "
-                      f"created {exp['created_at']}: done {c['done']}, running {c['running']}, "
-                      f"pending {c['pending']}, failed {c['failed']}")
+            out.print(
+                f"[bold]{exp['name']}[/bold] id {exp['id']} spec {exp['spec_hash'][:10]} "
+                f"created {exp['created_at']}: done {c['done']}, running {c['running']}, "
+                f"pending {c['pending']}, failed {c['failed']}"
+            )
             table = Table(show_header=True)
             for col in ("kind", "name", "status", "attempts", "seconds", "mlflow run", "error"):
                 table.add_column(col)
             for j in store.jobs(exp["id"]):
                 secs = f"{j['duration_s']:.1f}" if j["duration_s"] is not None else ""
                 first = (j["error"] or "").split("\n", 1)[0] if j["status"] == "failed" else ""
-                table.add_row(j["kind"], j["name"], j["status"], str(j["attempts"]), secs, j["mlflow_run_id"] or "",
-                              Text(first[:100]))  # plain text: an error may hold [brackets]
+                table.add_row(
+                    j["kind"],
+                    j["name"],
+                    j["status"],
+                    str(j["attempts"]),
+                    secs,
+                    j["mlflow_run_id"] or "",
+                    Text(first[:100]),
+                )  # plain text: an error may hold [brackets]
             out.print(table)
     finally:
         store.close()
@@ -279,11 +350,22 @@ def status(
 def _show_job(jobs: list[dict], wanted: str) -> None:
     found = [j for j in jobs if j["name"] == wanted or j["job_hash"].startswith(wanted)]
     if len(found) != 1:
-        raise UserError(f"--job: {len(found)} jobs match {wanted!r}" + (
-            f" ({', '.join(j['name'] for j in found[:5])}); give more of the hash" if found else ""))
+        raise UserError(
+            f"--job: {len(found)} jobs match {wanted!r}"
+            + (f" ({', '.join(j['name'] for j in found[:5])}); give more of the hash" if found else "")
+        )
     j = found[0]
-    for key in ("name", "kind", "job_hash", "status", "attempts", "duration_s", "started_at", "finished_at",
-                "mlflow_run_id"):
+    for key in (
+        "name",
+        "kind",
+        "job_hash",
+        "status",
+        "attempts",
+        "duration_s",
+        "started_at",
+        "finished_at",
+        "mlflow_run_id",
+    ):
         sys.stdout.write(f"{key}: {j[key] if j[key] is not None else ''}\n")
     if j["error"]:
         sys.stdout.write("error:\n" + j["error"] + "\n")
@@ -292,17 +374,45 @@ def _show_job(jobs: list[dict], wanted: str) -> None:
 @app.command()
 def autotune(
     engine: Annotated[str, typer.Option("--engine", help="vllm | sglang | trtllm | transformers")],
-    engine_version: Annotated[Optional[str], typer.Option("--engine-version", help="The engine release to write for (default: vllm 0.33.0, sglang 0.5.23, trtllm 1.2.1, transformers 5.24.0).")] = None,
-    target: Annotated[Optional[str], typer.Option("--target", help="The pairing's target.")] = None,
-    drafter: Annotated[Optional[str], typer.Option("--drafter", help="The pairing's drafter.")] = None,
-    hardware: Annotated[Optional[str], typer.Option("--hardware", help="Which hardware's tuned config.")] = None,
-    condition: Annotated[Optional[str], typer.Option("--condition", help="Which condition's tuned config (default: the newest active version, so a production re-tune wins).")] = None,
-    drafter_path: Annotated[Optional[str], typer.Option("--drafter-path", help="Drafter path for the engine (default: export the trained one).")] = None,
-    export_format: Annotated[str, typer.Option("--export-format", help="How a trained EAGLE-3 drafter is exported: eagle3 | speculators (vLLM reads both).")] = "eagle3",
-    from_metrics: Annotated[Optional[list[str]], typer.Option("--from-metrics", help="vLLM /metrics file or URL; twice for a window.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="model_name label to read from the metrics.")] = None,
-    cost_ratio: Annotated[Optional[float], typer.Option("--cost-ratio", help="Drafter/target step-time ratio (default: the stored cost table).")] = None,
-    method: Annotated[Optional[str], typer.Option("--method", help="eagle3 | draft_model (default: the drafter's own).")] = None,
+    engine_version: Annotated[
+        str | None,
+        typer.Option(
+            "--engine-version",
+            help="The engine release to write for "
+            "(default: vllm 0.33.0, sglang 0.5.23, trtllm 1.2.1, transformers 5.24.0).",
+        ),
+    ] = None,
+    target: Annotated[str | None, typer.Option("--target", help="The pairing's target.")] = None,
+    drafter: Annotated[str | None, typer.Option("--drafter", help="The pairing's drafter.")] = None,
+    hardware: Annotated[str | None, typer.Option("--hardware", help="Which hardware's tuned config.")] = None,
+    condition: Annotated[
+        str | None,
+        typer.Option(
+            "--condition",
+            help="Which condition's tuned config (default: the newest active version, so a production re-tune wins).",
+        ),
+    ] = None,
+    drafter_path: Annotated[
+        str | None,
+        typer.Option("--drafter-path", help="Drafter path for the engine (default: export the trained one)."),
+    ] = None,
+    export_format: Annotated[
+        str,
+        typer.Option(
+            "--export-format", help="How a trained EAGLE-3 drafter is exported: eagle3 | speculators (vLLM reads both)."
+        ),
+    ] = "eagle3",
+    from_metrics: Annotated[
+        list[str] | None, typer.Option("--from-metrics", help="vLLM /metrics file or URL; twice for a window.")
+    ] = None,
+    model: Annotated[str | None, typer.Option("--model", help="model_name label to read from the metrics.")] = None,
+    cost_ratio: Annotated[
+        float | None,
+        typer.Option("--cost-ratio", help="Drafter/target step-time ratio (default: the stored cost table)."),
+    ] = None,
+    method: Annotated[
+        str | None, typer.Option("--method", help="eagle3 | draft_model (default: the drafter's own).")
+    ] = None,
     temperature: Annotated[float, typer.Option("--temperature", help="The deployment's sampling temperature.")] = 0.0,
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
@@ -326,21 +436,42 @@ def autotune(
                 raise UserError("--drafter-path: name the deployed drafter (its path goes into the config)")
             path, method = tune.drafter_path(store, {"target": model, "drafter": name}, workdir, drafter_path, method)
             tune.check_options(engine, engine_version, method, export_format, path)  # before a version is stored
-            row, report = tune.from_metrics(store, from_metrics, model_name=model, drafter=name,
-                                            cost_ratio=cost_ratio, hardware=hardware, temperature=temperature,
-                                            code_version=code_version())
+            row, report = tune.from_metrics(
+                store,
+                from_metrics,
+                model_name=model,
+                drafter=name,
+                cost_ratio=cost_ratio,
+                hardware=hardware,
+                temperature=temperature,
+                code_version=code_version(),
+            )
         finally:
             store.close()
-        err.print(f"stored production version {row['version']} for {row['target']}/{row['drafter']}: "
-                  f"depth {row['depth']}; {report}", markup=False, soft_wrap=True)
+        err.print(
+            f"stored production version {row['version']} for {row['target']}/{row['drafter']}: "
+            f"depth {row['depth']}; {report}",
+            markup=False,
+            soft_wrap=True,
+        )
         if not _speculates(row):
             return
-        _print_config(tune.render(engine, tune.schedule_of(row), model=path, method=method, version=engine_version,
-                                  config_dir=workdir / "engine-configs", draft_sampling=tune.sampling_of(row)))
+        _print_config(
+            tune.render(
+                engine,
+                tune.schedule_of(row),
+                model=path,
+                method=method,
+                version=engine_version,
+                config_dir=workdir / "engine-configs",
+                draft_sampling=tune.sampling_of(row),
+            )
+        )
         return
     try:
-        row, note = tune.pick_version(store.best(target=target, drafter=drafter), hardware=hardware,
-                                      condition=condition)
+        row, note = tune.pick_version(
+            store.best(target=target, drafter=drafter), hardware=hardware, condition=condition
+        )
         if note:
             err.print(f"{row['target']}/{row['drafter']}: {note}", markup=False, soft_wrap=True)
         if not _speculates(row):
@@ -348,9 +479,18 @@ def autotune(
         path, method = tune.drafter_path(store, row, workdir, drafter_path, method, export_format)
     finally:
         store.close()
-    _print_config(tune.render(engine, tune.schedule_of(row), model=path, method=method, version=engine_version,
-                              config_dir=workdir / "engine-configs", draft_sampling=tune.sampling_of(row),
-                              tree=tune.tree_of(row)))
+    _print_config(
+        tune.render(
+            engine,
+            tune.schedule_of(row),
+            model=path,
+            method=method,
+            version=engine_version,
+            config_dir=workdir / "engine-configs",
+            draft_sampling=tune.sampling_of(row),
+            tree=tune.tree_of(row),
+        )
+    )
 
 
 def _print_config(emitted) -> None:
@@ -367,9 +507,12 @@ def _speculates(row: dict) -> bool:
 
     if max(k for _, _, k in schedule_of(row)) > 0 or tree_of(row):  # a tree can pay where no chain does
         return True
-    err.print(f"{row['target']}/{row['drafter']}: depth 0 at every batch size, speculation does not pay "
-              f"on {row.get('hardware') or 'this hardware'}; serve without speculative settings", markup=False,
-              soft_wrap=True)
+    err.print(
+        f"{row['target']}/{row['drafter']}: depth 0 at every batch size, speculation does not pay "
+        f"on {row.get('hardware') or 'this hardware'}; serve without speculative settings",
+        markup=False,
+        soft_wrap=True,
+    )
     return False
 
 

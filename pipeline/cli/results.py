@@ -2,10 +2,11 @@
 `specfleet report` (pages of stored results: HTML with its figures inside, PNGs and tables.md beside it,
 also logged to the experiment's MLflow run), `specfleet bench` (what specfleet costs to run) and
 `specfleet fleet-sim` (what orchestrating a fleet costs as it grows)."""
+
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,10 +15,15 @@ from pipeline.errors import UserError
 
 
 def drift(
-    experiment: Annotated[Optional[str], typer.Option("--experiment", help="Experiment name (default: the newest).")] = None,
-    condition: Annotated[Optional[str], typer.Option("--condition", help="Condition for the per-depth tables (default: the experiment's first).")] = None,
+    experiment: Annotated[
+        str | None, typer.Option("--experiment", help="Experiment name (default: the newest).")
+    ] = None,
+    condition: Annotated[
+        str | None,
+        typer.Option("--condition", help="Condition for the per-depth tables (default: the experiment's first)."),
+    ] = None,
     depth: Annotated[int, typer.Option("--depth", help="Depth at which accept_len is compared across conditions.")] = 8,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Also write the per-depth plot here (PNG).")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Also write the per-depth plot here (PNG).")] = None,
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
 ):
@@ -40,28 +46,46 @@ def drift(
     for name in DRIFT_NAMES:
         values = findings.diagnostic_by_depth(diags, name=name, condition=condition, temperature=t0)
         if values:
-            out.print(findings.markdown_depth_table(values, f"{name} ({condition}, T={t0:g})") + "\n", markup=False, soft_wrap=True)
+            out.print(
+                findings.markdown_depth_table(values, f"{name} ({condition}, T={t0:g})") + "\n",
+                markup=False,
+                soft_wrap=True,
+            )
     for column in ("cond_accept", "survival", "accept_len", "decode_accept_len"):
         values = findings.curve_by_depth(curves, column=column, condition=condition, temperature=t0)
         if values:
-            out.print(findings.markdown_depth_table(values, f"{column} ({condition}, T={t0:g})") + "\n", markup=False,
-                      soft_wrap=True)
+            out.print(
+                findings.markdown_depth_table(values, f"{column} ({condition}, T={t0:g})") + "\n",
+                markup=False,
+                soft_wrap=True,
+            )
     for temperature in sorted({r["temperature"] for r in curves}):
         table = findings.accept_len_by_condition(curves, temperature=temperature, depth=depth)
-        out.print(f"accept_len({depth}) by condition, T={temperature:g}, change against {conditions[0]}:", markup=False, soft_wrap=True)
-        out.print(findings.markdown_condition_table(table, conditions, conditions[0]) + "\n", markup=False, soft_wrap=True)
+        out.print(
+            f"accept_len({depth}) by condition, T={temperature:g}, change against {conditions[0]}:",
+            markup=False,
+            soft_wrap=True,
+        )
+        out.print(
+            findings.markdown_condition_table(table, conditions, conditions[0]) + "\n", markup=False, soft_wrap=True
+        )
     if plot is not None:
         temperature = min(r["temperature"] for r in curves)
-        findings.plot_findings(curves, diags, condition=condition, temperature=temperature, path=plot,
-                               title=experiment or "drift")
+        findings.plot_findings(
+            curves, diags, condition=condition, temperature=temperature, path=plot, title=experiment or "drift"
+        )
         out.print(f"plot: {plot}")
 
 
 def report(
     experiment: Annotated[str, typer.Argument(help="Experiment name (its newest run).")],
-    other: Annotated[Optional[str], typer.Argument(help="A second experiment to compare it with.")] = None,
-    folder: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.html, its PNGs and tables.md "
-                                                   "(default: <workdir>/reports/<experiment>).")] = None,
+    other: Annotated[str | None, typer.Argument(help="A second experiment to compare it with.")] = None,
+    folder: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Folder for report.html, its PNGs and tables.md (default: <workdir>/reports/<experiment>)."
+        ),
+    ] = None,
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
     mlflow: MlflowOpt = None,
@@ -99,8 +123,12 @@ def report(
 def bench(
     spec: Annotated[Path, typer.Option("--spec", help="The experiment measured on.")] = Path("experiments/bench.yaml"),
     folder: Annotated[Path, typer.Option("--out", help="Folder for bench.json and bench.md.")] = Path("bench-results"),
-    jobs: Annotated[int, typer.Option("--jobs", min=1, max=100_000, help="Tiny jobs for the orchestration overhead.")] = 200,
-    train_steps: Annotated[int, typer.Option("--train-steps", min=2, max=10_000, help="Training steps timed per TTT depth.")] = 20,
+    jobs: Annotated[
+        int, typer.Option("--jobs", min=1, max=100_000, help="Tiny jobs for the orchestration overhead.")
+    ] = 200,
+    train_steps: Annotated[
+        int, typer.Option("--train-steps", min=2, max=10_000, help="Training steps timed per TTT depth.")
+    ] = 20,
     workdir: WorkdirOpt = Path(".specfleet-bench"),
 ):
     """What specfleet costs to run, side by side: the curve against a per-depth sweep, the engine against
@@ -108,18 +136,35 @@ def bench(
     from pipeline.bench.suite import run_bench
 
     output_folder(folder)
-    run_bench(spec=spec, workdir=workdir, out=folder, jobs=jobs, ttt_depths=(1, 2, 4, 8), train_steps=train_steps,
-              log=lambda line: err.print(line, markup=False, soft_wrap=True, highlight=False))
+    run_bench(
+        spec=spec,
+        workdir=workdir,
+        out=folder,
+        jobs=jobs,
+        ttt_depths=(1, 2, 4, 8),
+        train_steps=train_steps,
+        log=lambda line: err.print(line, markup=False, soft_wrap=True, highlight=False),
+    )
     out.print((folder / "bench.md").read_text(), markup=False, soft_wrap=True)
     out.print(f"bench: {folder / 'bench.json'}, {folder / 'bench.md'}")
 
 
 def fleet_sim(
-    sizes: Annotated[str, typer.Option("--sizes", help="Fleet sizes in pairings, comma-separated (targets x drafters, each at most 64).")] = "10,100,1000",
+    sizes: Annotated[
+        str,
+        typer.Option("--sizes", help="Fleet sizes in pairings, comma-separated (targets x drafters, each at most 64)."),
+    ] = "10,100,1000",
     executors: Annotated[str, typer.Option("--executors", help="local (in process), ray, or both.")] = "local,ray",
-    postgres: Annotated[Optional[str], typer.Option(
-        "--postgres", help="A PostgreSQL server URL: each run also gets a fresh database there (dropped afterwards).")] = None,
-    folder: Annotated[Path, typer.Option("--out", help="Folder for fleet.json, fleet.md and fleet.png.")] = Path("fleet-results"),
+    postgres: Annotated[
+        str | None,
+        typer.Option(
+            "--postgres",
+            help="A PostgreSQL server URL: each run also gets a fresh database there (dropped afterwards).",
+        ),
+    ] = None,
+    folder: Annotated[Path, typer.Option("--out", help="Folder for fleet.json, fleet.md and fleet.png.")] = Path(
+        "fleet-results"
+    ),
     workdir: WorkdirOpt = Path(".specfleet-fleet"),
 ):
     """What orchestrating a fleet costs as it grows: fleets of instant jobs planned, scheduled and recorded
@@ -145,8 +190,13 @@ def fleet_sim(
         check_server(postgres)
     output_folder(folder)
     output_folder(workdir, "--workdir")
-    rows = simulate(counts, executors=chosen, postgres=postgres, workdir=workdir,
-                    log=lambda line: err.print(line, markup=False, soft_wrap=True, highlight=False))
+    rows = simulate(
+        counts,
+        executors=chosen,
+        postgres=postgres,
+        workdir=workdir,
+        log=lambda line: err.print(line, markup=False, soft_wrap=True, highlight=False),
+    )
     (folder / "fleet.json").write_text(json.dumps(rows, indent=1) + "\n")
     (folder / "fleet.md").write_text(table(rows))
     plot(rows, folder / "fleet.png")

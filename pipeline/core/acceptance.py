@@ -7,6 +7,7 @@ min(1, p(x)/q(x)); at temperature 0, while it equals the target's argmax. The ex
 acceptance at one position is alpha = sum_x min(p(x), q(x)). No torch, Ray, MLflow or SQL
 here: these functions are tested exactly against closed forms.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -62,8 +63,9 @@ def curve_from_accepted(accepted: Sequence[int], max_depth: int, *, condition: s
     return _curve(survival, n, condition, temperature)
 
 
-def curve_from_sampled(ratios: Sequence[Sequence[float]], alphas: Sequence[Sequence[float]], *,
-                       condition: str, temperature: float) -> Curve:
+def curve_from_sampled(
+    ratios: Sequence[Sequence[float]], alphas: Sequence[Sequence[float]], *, condition: str, temperature: float
+) -> Curve:
     """Pool sampled chains, drafts drawn from the drafter's q along each path.
 
     ratios[i][l] = min(1, p(x_l) / q(x_l)) at the drafted token x_l: the chance draft l is accepted.
@@ -85,8 +87,9 @@ def curve_from_sampled(ratios: Sequence[Sequence[float]], alphas: Sequence[Seque
     return _curve([s / n for s in sums], n, condition, temperature)
 
 
-def curve_from_prompt_rows(rows: Sequence[Sequence[float]], *, condition: str, temperature: float,
-                           category: str = "") -> Curve:
+def curve_from_prompt_rows(
+    rows: Sequence[Sequence[float]], *, condition: str, temperature: float, category: str = ""
+) -> Curve:
     """Pool per-prompt rows [chains, sum of survival[1], ..., sum of survival[K]] (what a measurement
     keeps per prompt) into one curve: the same pooled curve as measuring those prompts alone."""
     chains = sum(r[0] for r in rows)

@@ -15,6 +15,7 @@ bytes; the driver records it and never reads the files. Two kinds of store:
 
 MLflow is imported only for a remote store.
 """
+
 from __future__ import annotations
 
 import os
@@ -139,8 +140,10 @@ def materialise(uri: str, sha256: str | None) -> Path:
     if is_local(uri):
         folder = local_path(uri)
         if not folder.is_dir():
-            raise FileNotFoundError(f"checkpoint {folder}: no such folder on {_host()} (a cluster without a "
-                                    "shared folder needs a remote checkpoint store: specfleet run --checkpoints URI)")
+            raise FileNotFoundError(
+                f"checkpoint {folder}: no such folder on {_host()} (a cluster without a "
+                "shared folder needs a remote checkpoint store: specfleet run --checkpoints URI)"
+            )
         if sha256 is not None and dir_hash(folder) != sha256:
             raise RuntimeError(f"checkpoint {folder}: its files differ from what was recorded (damaged or replaced)")
         return folder

@@ -6,6 +6,7 @@ of its prompts exactly as the whole curve pools every row, so no extra target pa
 its depth is chosen by the same noise-aware rule with the same costs: few prompts in a category
 give a wide interval, and the smaller depth wins within it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,8 +38,9 @@ def split_by_category(measured, index: int = 0) -> list[CategoryRows]:
         mine = [i for i, c in enumerate(measured.categories) if c == category]
         cat_rows = tuple(rows[i] for i in mine)
         cat_walks = tuple(walks[i] for i in mine) if walks else ()
-        curve = curve_from_prompt_rows(cat_rows, condition=base.condition, temperature=base.temperature,
-                                       category=category)
+        curve = curve_from_prompt_rows(
+            cat_rows, condition=base.condition, temperature=base.temperature, category=category
+        )
         if cat_walks:
             curve = dataclasses.replace(curve, decode_accept_len=tuple(walk_accept_len(cat_walks)))
         out.append(CategoryRows(category, curve, cat_rows, cat_walks))
@@ -52,8 +54,18 @@ def category_curves(measured) -> tuple[Curve, ...]:
 
 def choose_by_category(measured, cost_ratio: float, *, pass_cost, seed: int) -> tuple[CategoryChoice, ...]:
     """The depth of each category of the primary curve, costed as the whole choice was."""
-    return tuple(CategoryChoice(category=part.category, prompts=len(part.per_prompt),
-                                choice=choose_depth(part.curve, cost_ratio, pass_cost=pass_cost,
-                                                    per_prompt=part.per_prompt or None, walks=part.walks or None,
-                                                    seed=seed))
-                 for part in split_by_category(measured, 0))
+    return tuple(
+        CategoryChoice(
+            category=part.category,
+            prompts=len(part.per_prompt),
+            choice=choose_depth(
+                part.curve,
+                cost_ratio,
+                pass_cost=pass_cost,
+                per_prompt=part.per_prompt or None,
+                walks=part.walks or None,
+                seed=seed,
+            ),
+        )
+        for part in split_by_category(measured, 0)
+    )

@@ -7,6 +7,7 @@ step. specfleet uses measured tokens per pass instead of the geometric sum and, 
 timed engine iterations instead of `k c + 1`. Per batch size B:
 speedup(B, k) = tokens(k) * t_decode(B) / (k * t_draft(B) + t_verify(B, k+1)).
 """
+
 from __future__ import annotations
 
 import random
@@ -64,8 +65,17 @@ def bands(boots: Sequence[Sequence[float]], level: float = 0.9) -> list[tuple[fl
     return out
 
 
-def choose_depth(curve: Curve, cost_ratio: float, *, pass_cost: Sequence[float] | None = None, per_prompt=None,
-                 walks=None, seed: int = 0, n_boot: int = 1000, level: float = 0.9) -> DepthChoice:
+def choose_depth(
+    curve: Curve,
+    cost_ratio: float,
+    *,
+    pass_cost: Sequence[float] | None = None,
+    per_prompt=None,
+    walks=None,
+    seed: int = 0,
+    n_boot: int = 1000,
+    level: float = 0.9,
+) -> DepthChoice:
     """The k in 0..max_depth with the highest predicted speedup (the smaller k on a tie).
 
     Tokens per target pass are the curve's decode_accept_len when it has one (the positions a
@@ -87,8 +97,9 @@ def choose_depth(curve: Curve, cost_ratio: float, *, pass_cost: Sequence[float] 
     chosen, ci = best, None
     tail = (1.0 - level) / 2
     on_curve = bootstrap_accept_len(per_prompt, n_boot=n_boot, seed=seed) if per_prompt else None
-    boots = (bootstrap_walks(walks, n_boot=n_boot, seed=seed) if walks else None) if curve.decode_accept_len \
-        else on_curve
+    boots = (
+        (bootstrap_walks(walks, n_boot=n_boot, seed=seed) if walks else None) if curve.decode_accept_len else on_curve
+    )
     if boots:
         for k in range(best):
             diffs = sorted(b[best] / cost[best] - b[k] / cost[k] for b in boots)

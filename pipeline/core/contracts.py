@@ -5,6 +5,7 @@ A config is exactly what determines a job's result, so the job's hash is taken o
 so a stored result is read back into its type and nothing has to guess what a dict holds.
 Which config and result belong to which kind is declared once, in `pipeline/core/kinds.py`.
 """
+
 from __future__ import annotations
 
 from typing import ClassVar, Literal
@@ -56,6 +57,7 @@ class WorkerEnv(Contract):
 
 
 # -- configs --------------------------------------------------------------------------------------
+
 
 class TrainTargetConfig(JobConfig):
     builtin: BuiltinTarget
@@ -132,6 +134,7 @@ class MeasureSpeedupConfig(JobConfig):
 
 
 # -- results --------------------------------------------------------------------------------------
+
 
 class Stored(Contract):
     """A result made of files. A job stores them in the run's checkpoint store and returns a

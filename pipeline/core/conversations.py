@@ -15,6 +15,7 @@ file and the line (JSONL) or record number (counted from 1).
 Only the standard library and (for Parquet) pyarrow are used, so the driver checks a file when
 it reads the spec, before anything runs, and workers read the same file the same way.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,9 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROLES = ("system", "user", "assistant")
-SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant",
-                  "assistant": "assistant", "chatgpt": "assistant", "bard": "assistant", "bing": "assistant",
-                  "model": "assistant"}
+SHAREGPT_ROLES = {
+    "system": "system",
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "chatgpt": "assistant",
+    "bard": "assistant",
+    "bing": "assistant",
+    "model": "assistant",
+}
 OPENAI_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 SHAPES = ("conversations", "messages", "prompt")
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet"}
@@ -58,8 +67,7 @@ class Conversation:
 def file_format(path: str | Path) -> str:
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
-        raise PromptsError(f"prompts file {path}: unknown format {suffix or '(no suffix)'!r}; "
-                           f"use {', '.join(FORMATS)}")
+        raise PromptsError(f"prompts file {path}: unknown format {suffix or '(no suffix)'!r}; use {', '.join(FORMATS)}")
     return FORMATS[suffix]
 
 
@@ -145,8 +153,9 @@ def _conversation(rec, category_field: str | None, where: str) -> Conversation:
         turns = rec[shape]
         if not isinstance(turns, list) or not turns:
             raise PromptsError(f"{where}: {shape} must be a non-empty list of turns")
-        keys, roles = (("from", "value"), SHAREGPT_ROLES) if shape == "conversations" else \
-            (("role", "content"), OPENAI_ROLES)
+        keys, roles = (
+            (("from", "value"), SHAREGPT_ROLES) if shape == "conversations" else (("role", "content"), OPENAI_ROLES)
+        )
         messages = [_message(turn, keys, roles, f"{where}: {shape}[{i}]") for i, turn in enumerate(turns)]
     _check_order(messages, where)
     category = None
@@ -188,7 +197,7 @@ def _text(value, where: str) -> str:
 def _check_order(messages: list[Message], where: str) -> None:
     """System turns come first; then a user turn opens the conversation."""
     body = [m for m in messages if m.role != "system"]
-    if any(m.role == "system" for m in messages[len(messages) - len(body):]):
+    if any(m.role == "system" for m in messages[len(messages) - len(body) :]):
         raise PromptsError(f"{where}: a system turn must come before the others")
     if not body or body[0].role != "user":
         raise PromptsError(f"{where}: the conversation must have a user turn before any assistant turn")

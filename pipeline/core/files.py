@@ -7,6 +7,7 @@ store, a node's cache), it is written into a temporary sibling and renamed into 
 sees the whole folder or none of it, and writers racing on one name (several workers of a node)
 cannot mix files.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -10,6 +10,7 @@ kind is adding one entry here and the modules it names.
 Functions are named as "module:function" and imported only when used, so this module (and
 every worker importing it) pulls in neither torch nor the driver's libraries.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -19,8 +20,6 @@ from typing import Literal
 
 from pipeline.core import contracts as c
 from pipeline.core.settings import Resources
-
-
 from workers.drafters.registry import entry
 
 
@@ -60,34 +59,95 @@ class JobKind:
 
 _DISPATCH = ("workers.jobs.run",)  # the dispatcher every kind runs through
 
-KINDS: dict[str, JobKind] = {k.name: k for k in (
-    JobKind("train_target", c.TrainTargetConfig, c.Trained, {},
-            "workers.jobs.train_target:run", "pipeline.run.record:record_trained",
-            (*_DISPATCH, "workers.jobs.train_target"), "device"),
-    JobKind("regenerate", c.RegenerateConfig, c.Dataset, {"target": c.Trained},
-            "workers.jobs.regenerate:run", "pipeline.run.record:record_dataset",
-            (*_DISPATCH, "workers.jobs.regenerate"), "device"),
-    JobKind("target_features", c.TargetFeaturesConfig, c.Dataset, {"target": c.Trained, "data": c.Dataset},
-            "workers.jobs.target_features:run", "pipeline.run.record:record_dataset",
-            (*_DISPATCH, "workers.jobs.target_features"), "device"),
-    JobKind("train_drafter", c.TrainDrafterConfig, c.Trained,
+KINDS: dict[str, JobKind] = {
+    k.name: k
+    for k in (
+        JobKind(
+            "train_target",
+            c.TrainTargetConfig,
+            c.Trained,
+            {},
+            "workers.jobs.train_target:run",
+            "pipeline.run.record:record_trained",
+            (*_DISPATCH, "workers.jobs.train_target"),
+            "device",
+        ),
+        JobKind(
+            "regenerate",
+            c.RegenerateConfig,
+            c.Dataset,
+            {"target": c.Trained},
+            "workers.jobs.regenerate:run",
+            "pipeline.run.record:record_dataset",
+            (*_DISPATCH, "workers.jobs.regenerate"),
+            "device",
+        ),
+        JobKind(
+            "target_features",
+            c.TargetFeaturesConfig,
+            c.Dataset,
+            {"target": c.Trained, "data": c.Dataset},
+            "workers.jobs.target_features:run",
+            "pipeline.run.record:record_dataset",
+            (*_DISPATCH, "workers.jobs.target_features"),
+            "device",
+        ),
+        JobKind(
+            "train_drafter",
+            c.TrainDrafterConfig,
+            c.Trained,
             {"target": c.Trained, "data": c.Dataset, "features": c.Dataset},
-            "workers.jobs.train_drafter:run", "pipeline.run.record:record_trained",
-            (*_DISPATCH, "workers.jobs.train_drafter"), "device", _trainer_module),
-    JobKind("measure_curve", c.MeasureCurveConfig, c.Measured, {"target": c.Trained, "drafter": c.Trained},
-            "workers.jobs.measure_curve:run", "pipeline.run.record:record_measured",
-            (*_DISPATCH, "workers.jobs.measure_curve"), "device", _family_module),
-    JobKind("profile_cost", c.ProfileCostConfig, c.Profiled, {"target": c.Trained, "drafter": c.Trained},
-            "workers.jobs.profile_cost:run", "pipeline.run.record:record_profiled",
-            (*_DISPATCH, "workers.jobs.profile_cost"), "timed", _family_module),
-    JobKind("select_depth", c.SelectDepthConfig, c.Selected, {"curve": c.Measured, "cost": c.Profiled},
-            "pipeline.core.select:run", "pipeline.run.record:record_selected",
-            (*_DISPATCH, "pipeline.core.select"), "none"),
-    JobKind("measure_speedup", c.MeasureSpeedupConfig, c.Validated,
+            "workers.jobs.train_drafter:run",
+            "pipeline.run.record:record_trained",
+            (*_DISPATCH, "workers.jobs.train_drafter"),
+            "device",
+            _trainer_module,
+        ),
+        JobKind(
+            "measure_curve",
+            c.MeasureCurveConfig,
+            c.Measured,
+            {"target": c.Trained, "drafter": c.Trained},
+            "workers.jobs.measure_curve:run",
+            "pipeline.run.record:record_measured",
+            (*_DISPATCH, "workers.jobs.measure_curve"),
+            "device",
+            _family_module,
+        ),
+        JobKind(
+            "profile_cost",
+            c.ProfileCostConfig,
+            c.Profiled,
+            {"target": c.Trained, "drafter": c.Trained},
+            "workers.jobs.profile_cost:run",
+            "pipeline.run.record:record_profiled",
+            (*_DISPATCH, "workers.jobs.profile_cost"),
+            "timed",
+            _family_module,
+        ),
+        JobKind(
+            "select_depth",
+            c.SelectDepthConfig,
+            c.Selected,
+            {"curve": c.Measured, "cost": c.Profiled},
+            "pipeline.core.select:run",
+            "pipeline.run.record:record_selected",
+            (*_DISPATCH, "pipeline.core.select"),
+            "none",
+        ),
+        JobKind(
+            "measure_speedup",
+            c.MeasureSpeedupConfig,
+            c.Validated,
             {"target": c.Trained, "drafter": c.Trained, "depth": c.Selected},
-            "workers.jobs.measure_speedup:run", "pipeline.run.record:record_validated",
-            (*_DISPATCH, "workers.jobs.measure_speedup"), "timed", _family_module),
-)}
+            "workers.jobs.measure_speedup:run",
+            "pipeline.run.record:record_validated",
+            (*_DISPATCH, "workers.jobs.measure_speedup"),
+            "timed",
+            _family_module,
+        ),
+    )
+}
 JOB_KINDS = tuple(KINDS)
 
 

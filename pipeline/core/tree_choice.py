@@ -15,6 +15,7 @@ drafter passes and target pass swapped for its own, so the engine's bookkeeping 
 The chain at the chosen depth is the top-1 tree, costed the same way: the tree's gain over it is
 the ratio of the two.
 """
+
 from __future__ import annotations
 
 import random
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 
 from pipeline.core.acceptance import decode_walk
 from pipeline.core.contracts import TreeCandidate, TreeChoice
-from pipeline.core.trees import Tree, best_trees, chain_tree, prefix_counts, kept, shape
+from pipeline.core.trees import Tree, best_trees, chain_tree, kept, prefix_counts, shape
 from pipeline.core.types import CostProfile
 
 RankPaths = Sequence[Sequence[Sequence[int]]]  # per prompt, per chain start
@@ -32,8 +33,10 @@ def round_ms(tree: Tree, draft_ms: Sequence[float], verify_ms: Sequence[float]) 
     """Milliseconds of one drafting-and-verifying round with `tree` at one batch size.
     draft_ms[w - 1]: a drafter pass over w nodes; verify_ms[m - 1]: a target pass over m tokens."""
     if len(tree) + 1 > len(verify_ms):
-        raise ValueError(f"a tree of {len(tree)} nodes needs target passes over {len(tree) + 1} tokens timed; "
-                         f"cost profiling timed up to {len(verify_ms)}")
+        raise ValueError(
+            f"a tree of {len(tree)} nodes needs target passes over {len(tree) + 1} tokens timed; "
+            f"cost profiling timed up to {len(verify_ms)}"
+        )
     parents = [sum(1 for n in tree if len(n) == d and any(c[:-1] == n for c in tree)) for d in range(shape(tree).depth)]
     widths = [1 if d == 0 else w for d, w in enumerate(parents)]  # the root drafts level 1
     return sum(draft_ms[w - 1] for w in widths) + verify_ms[len(tree)]
@@ -50,8 +53,14 @@ def _pooled(rows: Sequence[tuple[int, int]]) -> float:
     return sum(t for t, _ in rows) / sum(p for _, p in rows)
 
 
-def _pick(speedups: list[float], per_prompt: list[list[tuple[int, int]]], cost: list[float], n_boot: int,
-          level: float, seed: int) -> tuple[int, int]:
+def _pick(
+    speedups: list[float],
+    per_prompt: list[list[tuple[int, int]]],
+    cost: list[float],
+    n_boot: int,
+    level: float,
+    seed: int,
+) -> tuple[int, int]:
     """(chosen budget, best point budget): the smallest budget whose paired difference to the best
     is within noise (its bootstrap interval over prompts reaches 0)."""
     best = max(range(len(speedups)), key=lambda n: (speedups[n], -n))
@@ -60,16 +69,19 @@ def _pick(speedups: list[float], per_prompt: list[list[tuple[int, int]]], cost: 
     draws = [[rng.randrange(prompts) for _ in range(prompts)] for _ in range(n_boot)]
     tail = int((1.0 - level) / 2 * (n_boot - 1))
     for n in range(best):
-        diffs = sorted(_pooled([per_prompt[best][i] for i in d]) / cost[best]
-                       - _pooled([per_prompt[n][i] for i in d]) / cost[n] for d in draws)
+        diffs = sorted(
+            _pooled([per_prompt[best][i] for i in d]) / cost[best] - _pooled([per_prompt[n][i] for i in d]) / cost[n]
+            for d in draws
+        )
         if diffs[tail] <= 0.0:
             return n, best
     return best, best
 
 
 def _fit(rank_paths: RankPaths, budget: int, max_depth: int, topk: int) -> list[Tree]:
-    return best_trees(prefix_counts(p for prompt in rank_paths for p in prompt), budget, max_depth=max_depth,
-                      max_topk=topk)
+    return best_trees(
+        prefix_counts(p for prompt in rank_paths for p in prompt), budget, max_depth=max_depth, max_topk=topk
+    )
 
 
 def _crossfit_walks(rank_paths: RankPaths, trees: list[Tree], budget: int, max_depth: int, topk: int):
@@ -89,15 +101,25 @@ def _crossfit_walks(rank_paths: RankPaths, trees: list[Tree], budget: int, max_d
     return out
 
 
-def choose_tree(rank_paths: RankPaths, cost: CostProfile, *, max_depth: int, topk: int, chain_depth: int,
-                seed: int = 0, n_boot: int = 1000, level: float = 0.9) -> TreeChoice:
+def choose_tree(
+    rank_paths: RankPaths,
+    cost: CostProfile,
+    *,
+    max_depth: int,
+    topk: int,
+    chain_depth: int,
+    seed: int = 0,
+    n_boot: int = 1000,
+    level: float = 0.9,
+) -> TreeChoice:
     """The tree per profiled batch size, from the rank paths of the primary curve and the tree timings."""
     if not cost.tree_verify_ms_by_batch:
         raise ValueError("the cost profile timed no tree passes (cost.tree_budget is 0)")
     budget = len(cost.tree_draft_ms_by_batch[0])
     if cost.tree_pass_ms and len(cost.tree_pass_ms) <= max_depth:
-        raise ValueError(f"the tree engine was timed at depths 0..{len(cost.tree_pass_ms) - 1}, the curve reaches "
-                         f"{max_depth}")
+        raise ValueError(
+            f"the tree engine was timed at depths 0..{len(cost.tree_pass_ms) - 1}, the curve reaches {max_depth}"
+        )
     trees = _fit(rank_paths, budget, max_depth, topk)
     per_prompt = _crossfit_walks(rank_paths, trees, budget, max_depth, topk)
     tokens = [_pooled(w) for w in per_prompt]
@@ -110,9 +132,9 @@ def choose_tree(rank_paths: RankPaths, cost: CostProfile, *, max_depth: int, top
         timed = cost.tree_pass_ms if b == 1 else ()
 
         def ms_of(t: Tree) -> float:
-            own = round_ms(t, draft, verify)
+            own = round_ms(t, draft, verify)  # noqa: B023 (called in this iteration only)
             depth = shape(t).depth
-            return own if not timed else timed[depth] + own - round_ms(chain_tree(depth), draft, verify)
+            return own if not timed else timed[depth] + own - round_ms(chain_tree(depth), draft, verify)  # noqa: B023
 
         ms = [ms_of(t) for t in trees]
         base = timed[0] if timed else verify[0]
@@ -127,9 +149,17 @@ def choose_tree(rank_paths: RankPaths, cost: CostProfile, *, max_depth: int, top
         chain_speedups.append(chain_tokens * base / ms_of(chain))
     n, best = chosen
     return TreeChoice(
-        tree=trees[n], decode_accept_len=tokens[n], speedup=candidates_speedups[0][n], best_point=best,
-        chain_depth=len(chain), chain_decode_accept_len=chain_tokens, chain_speedup=chain_speedups[0],
-        candidates=tuple(TreeCandidate(tree=t, decode_accept_len=tokens[k],
-                                       speedups=tuple(s[k] for s in candidates_speedups))
-                         for k, t in enumerate(trees)),
-        batch_budgets=by_batch, chain_speedups=tuple(chain_speedups))
+        tree=trees[n],
+        decode_accept_len=tokens[n],
+        speedup=candidates_speedups[0][n],
+        best_point=best,
+        chain_depth=len(chain),
+        chain_decode_accept_len=chain_tokens,
+        chain_speedup=chain_speedups[0],
+        candidates=tuple(
+            TreeCandidate(tree=t, decode_accept_len=tokens[k], speedups=tuple(s[k] for s in candidates_speedups))
+            for k, t in enumerate(trees)
+        ),
+        batch_budgets=by_batch,
+        chain_speedups=tuple(chain_speedups),
+    )

@@ -18,12 +18,13 @@ dependence along the path the data holds. A node's value is the share of chain s
 rank path begins with it; a tree's expected drafts kept per pass is the sum of its nodes'
 values, its tokens per pass one more (the target's own token).
 """
+
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 Node = tuple[int, ...]
 Tree = tuple[Node, ...]
@@ -109,13 +110,13 @@ def best_trees(counts: Counter, budget: int, *, max_depth: int, max_topk: int) -
             parent = node[:-1]
             children[parent] = max(children.get(parent, 0), node[-1] + 1)
 
-    @lru_cache(maxsize=None)
+    @cache
     def subtree(node: Node, b: int) -> tuple[int, Tree]:
         """Best (value, nodes) of `node` and at most b - 1 nodes below it (b >= 1)."""
         value, below = run(node, 0, b - 1)
         return counts.get(node, 0) + value, (node,) + below
 
-    @lru_cache(maxsize=None)
+    @cache
     def run(parent: Node, rank: int, b: int) -> tuple[int, Tree]:
         """Best (value, nodes) of children parent+(rank,), parent+(rank+1,), ... within b nodes."""
         if b <= 0 or rank >= children.get(parent, 0) or len(parent) >= max_depth:

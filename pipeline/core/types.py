@@ -11,10 +11,10 @@ Metric names are the same everywhere (code, database columns, MLflow keys):
 - `decode_accept_len(k)`: the same, counted over the chain starts a decoder visits;
 - `cost_ratio` c: one drafter step over one target decode step, on one device.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 
 # The per-depth attention-drift diagnostics, measured beside EAGLE curves (workers/measure/diagnostics.py).
 DRIFT_NAMES = ("rms", "sink_attn", "recent_attn", "draft_attn", "attn_entropy")

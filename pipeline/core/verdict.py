@@ -12,6 +12,7 @@ that serving would run (predicted to beat the chain, `contracts.serves_tree`) mu
 (1 - tolerance) of the best of those and of the chain. A tree the chain beats is timed for the
 report but not held to that bar: the chain is what is served.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,10 +48,18 @@ def depth_verdict(measured: EngineBenchmark, selected: Selected, hardware: str, 
         problems.append(f"{measured.greedy_mismatches} prompt(s) decoded differently from plain greedy decoding")
     if hardware != selected.hardware:
         problems.append(f"costs were timed on {selected.hardware}, the engine ran on {hardware}")
-    return SpeedupCheck(**dataclasses.asdict(measured), predicted_speedup=choice.speedups, chosen_depth=choice.depth,
-                        best_measured_depth=best, chosen_vs_best=chosen_vs_best, tolerance=tolerance,
-                        hardware=hardware, cost_hardware=selected.hardware, passed=not problems,
-                        problems=tuple(problems))
+    return SpeedupCheck(
+        **dataclasses.asdict(measured),
+        predicted_speedup=choice.speedups,
+        chosen_depth=choice.depth,
+        best_measured_depth=best,
+        chosen_vs_best=chosen_vs_best,
+        tolerance=tolerance,
+        hardware=hardware,
+        cost_hardware=selected.hardware,
+        passed=not problems,
+        problems=tuple(problems),
+    )
 
 
 def tree_problems(check: TreeCheck, tolerance: float, *, served: bool) -> tuple[str, ...]:
@@ -58,9 +67,13 @@ def tree_problems(check: TreeCheck, tolerance: float, *, served: bool) -> tuple[
     problems = []
     best = max(max(check.tokens_per_s), check.chain_tokens_per_s)
     if served and check.tokens_per_s[0] < (1.0 - tolerance) * best:
-        problems.append(f"the chosen tree reaches {check.tokens_per_s[0] / best:.1%} of the best measured shape "
-                        f"(the trees around it and the chain at depth {check.chain_depth})")
+        problems.append(
+            f"the chosen tree reaches {check.tokens_per_s[0] / best:.1%} of the best measured shape "
+            f"(the trees around it and the chain at depth {check.chain_depth})"
+        )
     if check.greedy_mismatches:
-        problems.append(f"{check.greedy_mismatches} prompt(s) decoded differently with a tree or the chain than with "
-                        "plain greedy decoding")
+        problems.append(
+            f"{check.greedy_mismatches} prompt(s) decoded differently with a tree or the chain than with "
+            "plain greedy decoding"
+        )
     return tuple(problems)

@@ -1,1 +1,3 @@
-"""What `specfleet report` and the run's summary show: stored results read back, drawn as figures, laid out as tables and one HTML page."""
+"""What `specfleet report` and the run's summary show: stored results read back, drawn as figures,
+laid out as tables and one HTML page.
+"""

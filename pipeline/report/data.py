@@ -4,6 +4,7 @@ results, grouped by pairing, and the tuned-config versions its select jobs wrote
 Everything here comes from stored runs (the results every job wrote when it finished), so a report can
 be made again at any time, on any machine that reaches the database, without rerunning anything.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,8 +16,12 @@ from pipeline.core.kinds import kind as job_kind
 from pipeline.errors import UserError
 
 # the kinds a report reads, by the attribute of Pairing that holds each one's result
-PAIRING_KINDS = {"measure_curve": "measured", "profile_cost": "profiled", "select_depth": "selected",
-                 "measure_speedup": "validated"}
+PAIRING_KINDS = {
+    "measure_curve": "measured",
+    "profile_cost": "profiled",
+    "select_depth": "selected",
+    "measure_speedup": "validated",
+}
 
 
 @dataclass
@@ -64,8 +69,10 @@ def load_experiment(store, name: str) -> ExperimentRecord:
     found = [e for e in experiments if e["name"] == wanted and (not run or str(e["id"]) == run)]
     if not found:
         known = sorted(f"{e['name']}@{e['id']}" for e in experiments)
-        raise UserError(f"EXPERIMENT: no experiment {name!r} in the database"
-                        + (f" (it has: {', '.join(known)})" if known else " (it has none yet)"))
+        raise UserError(
+            f"EXPERIMENT: no experiment {name!r} in the database"
+            + (f" (it has: {', '.join(known)})" if known else " (it has none yet)")
+        )
     exp = max(found, key=lambda e: (e["created_at"], e["id"]))
     jobs, skipped, seconds = [], [], {}
     for job in sorted(store.experiment_results(exp["id"]), key=lambda j: (j["finished_at"] or "", j["job_hash"])):
@@ -83,11 +90,19 @@ def load_experiment(store, name: str) -> ExperimentRecord:
     tuned = {r["job_hash"]: r for r in store.best(history=True)}
     pairings = _pairings(jobs, tuned)
     select_hashes = {p.jobs["select_depth"]["job_hash"] for p in pairings if "select_depth" in p.jobs}
-    return ExperimentRecord(id=exp["id"], name=exp["name"], spec_hash=exp["spec_hash"],
-                            code_version=exp["code_version"], created_at=exp["created_at"],
-                            mlflow_run_id=exp["mlflow_run_id"], job_counts=exp["job_counts"],
-                            pairings=tuple(pairings), tuned=tuple(r for h, r in tuned.items() if h in select_hashes),
-                            skipped=tuple(skipped), job_seconds={k: tuple(v) for k, v in seconds.items()})
+    return ExperimentRecord(
+        id=exp["id"],
+        name=exp["name"],
+        spec_hash=exp["spec_hash"],
+        code_version=exp["code_version"],
+        created_at=exp["created_at"],
+        mlflow_run_id=exp["mlflow_run_id"],
+        job_counts=exp["job_counts"],
+        pairings=tuple(pairings),
+        tuned=tuple(r for h, r in tuned.items() if h in select_hashes),
+        skipped=tuple(skipped),
+        job_seconds={k: tuple(v) for k, v in seconds.items()},
+    )
 
 
 def _pairings(jobs: list[dict], tuned: dict[str, dict]) -> list[Pairing]:
@@ -112,8 +127,12 @@ def _pairings(jobs: list[dict], tuned: dict[str, dict]) -> list[Pairing]:
 
 def _attach(pairing: Pairing, job: dict) -> None:
     setattr(pairing, PAIRING_KINDS[job["kind"]], job["typed"])
-    pairing.jobs[job["kind"]] = {"job_hash": job["job_hash"], "mlflow_run_id": job["mlflow_run_id"],
-                                 "duration_s": job["duration_s"], "seed": job["config"].get("seed", 0)}
+    pairing.jobs[job["kind"]] = {
+        "job_hash": job["job_hash"],
+        "mlflow_run_id": job["mlflow_run_id"],
+        "duration_s": job["duration_s"],
+        "seed": job["config"].get("seed", 0),
+    }
 
 
 def member_name(ref) -> str:

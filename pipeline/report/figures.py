@@ -4,6 +4,7 @@ Intervals are the 90% bootstrap intervals over prompts (pipeline/core/intervals.
 error bars. The per-job figures of a run (pipeline/report/plots.py) stay as they are; these compare
 conditions, batch sizes, drafters and experiments.
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,7 +49,9 @@ def plot_acceptance(pairing, path: str | Path) -> Path:
             row[0].fill_between(depths, survival.lo, survival.hi, color=c, alpha=0.15)
             row[1].plot(range(curve.max_depth + 1), accept_len.value, "o-", ms=3, color=c)
             row[1].fill_between(range(curve.max_depth + 1), accept_len.lo, accept_len.hi, color=c, alpha=0.15)
-        row[0].set(xlabel="depth j", ylabel="survival[j]", ylim=(0, 1.02), title=f"P(>= j drafts accepted), T={temperature:g}")
+        row[0].set(
+            xlabel="depth j", ylabel="survival[j]", ylim=(0, 1.02), title=f"P(>= j drafts accepted), T={temperature:g}"
+        )
         row[1].set(xlabel="depth k", ylabel="accept_len(k)", title=f"tokens per target pass, T={temperature:g}")
         row[0].legend(fontsize=7)
     integer_depths(axes.flat)
@@ -63,8 +66,9 @@ def _spread(items: list, most: int) -> list:
     return [items[i] for i in picks]
 
 
-def plot_speedup_by_batch(title: str, by_batch: list[BatchSpeedup], check, path: str | Path,
-                          batch1_model: str = "") -> Path:
+def plot_speedup_by_batch(
+    title: str, by_batch: list[BatchSpeedup], check, path: str | Path, batch1_model: str = ""
+) -> Path:
     """Predicted speedup by depth with its interval and the chosen depth, per batch size (up to four);
     at batch size 1 the engine's measured speedup when the depth was validated (`check`), and how a
     pass was costed there (`batch1_model`; larger batch sizes are costed by their timed passes)."""
@@ -76,8 +80,14 @@ def plot_speedup_by_batch(title: str, by_batch: list[BatchSpeedup], check, path:
         ax.plot(depths, b.speedup.value, "o-", ms=3, label="predicted")
         ax.fill_between(depths, b.speedup.lo, b.speedup.hi, alpha=0.2, label=f"{LEVEL:.0%} interval")
         if b.batch_size == 1 and check is not None:
-            ax.plot(range(len(check.measured_speedup)), check.measured_speedup, "s--", ms=4, color="C2",
-                    label="measured (engine)")
+            ax.plot(
+                range(len(check.measured_speedup)),
+                check.measured_speedup,
+                "s--",
+                ms=4,
+                color="C2",
+                label="measured (engine)",
+            )
         ax.axvline(b.chosen, color="C3", ls=":", label=f"chosen k = {b.chosen}")
         ax.axhline(1.0, color="grey", lw=0.8)
         note = f"\n({batch1_model})" if b.batch_size == 1 and batch1_model else "\n(timed passes)"
@@ -93,9 +103,11 @@ def plot_drift_across(pairings, *, condition: str, temperature: float, path: str
     fig, axes = plt.subplots(1, len(REPORT_DRIFT), figsize=(3.6 * len(REPORT_DRIFT), 3.5))
     for ax, name in zip(axes, REPORT_DRIFT):
         for i, p in enumerate(pairings):
-            points = sorted((d.depth, d.value) for d in p.measured.diagnostics
-                            if d.name == name and d.condition == condition and d.temperature == temperature
-                            and d.depth > 0)
+            points = sorted(
+                (d.depth, d.value)
+                for d in p.measured.diagnostics
+                if d.name == name and d.condition == condition and d.temperature == temperature and d.depth > 0
+            )
             if points:
                 ax.plot(*zip(*points), "o-", ms=3, color=f"C{i % 10}", label=p.label)
         ax.set(xlabel="depth k", title=name)
@@ -108,8 +120,14 @@ def plot_drift_across(pairings, *, condition: str, temperature: float, path: str
 def plot_condition_bars(pairings, *, temperature: float, path: str | Path, title: str) -> Path:
     """accept_len at each pairing's deepest measured depth, one bar per condition, with intervals."""
     plt = pyplot()
-    conditions = ordered_conditions([{"condition": c.condition} for p in pairings for c in p.measured.curves
-                                     if c.temperature == temperature and not c.category])
+    conditions = ordered_conditions(
+        [
+            {"condition": c.condition}
+            for p in pairings
+            for c in p.measured.curves
+            if c.temperature == temperature and not c.category
+        ]
+    )
     fig, ax = plt.subplots(figsize=(min(12.0, max(6.0, 0.35 * len(pairings) * max(1, len(conditions)))), 4))
     width = 0.8 / max(1, len(conditions))
     for j, condition in enumerate(conditions):

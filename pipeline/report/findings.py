@@ -4,6 +4,7 @@ Reads what measure jobs stored (curves and diagnostics) for one experiment and l
 way the attention-drift paper does: rms / sink_attn / recent_attn by depth, accept_len by
 prompt format, cond_accept by depth. Tables print in the terminal or as Markdown for reports.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -96,8 +97,10 @@ def plot_findings(curves, diags, *, condition: str, temperature: float, path: st
 
     plt = pyplot()
     where = {"condition": condition, "temperature": temperature}
-    panels = [(name, diagnostic_by_depth(diags, name=name, **where))
-              for name in ("rms", "sink_attn", "recent_attn", "draft_attn")]
+    panels = [
+        (name, diagnostic_by_depth(diags, name=name, **where))
+        for name in ("rms", "sink_attn", "recent_attn", "draft_attn")
+    ]
     panels.append(("cond_accept", curve_by_depth(curves, column="cond_accept", **where)))
     fig, axes = plt.subplots(1, len(panels), figsize=(3.7 * len(panels), 3.6))
     for ax, (name, values) in zip(axes, panels):

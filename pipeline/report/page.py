@@ -4,6 +4,7 @@ The page holds its figures inline (PNG as data URIs), so it can be mailed or ope
 artifact view; the same figures are written beside it as PNG files, and every table also goes to
 `tables.md` for READMEs. Everything is drawn from stored results (pipeline/report/data.py).
 """
+
 from __future__ import annotations
 
 import base64
@@ -12,9 +13,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.core.intervals import BatchSpeedup, speedup_bands
 from pipeline.report import figures as fig
 from pipeline.report import tables as tab
-from pipeline.core.intervals import BatchSpeedup, speedup_bands
 from pipeline.report.plots import plot_tree_check, plot_trees
 
 STYLE = """body{font-family:sans-serif;margin:2em auto;max-width:1200px;color:#222}
@@ -32,9 +33,15 @@ def pairing_speedups(pairing) -> list[BatchSpeedup]:
     batch1 = selected.pass_cost or [k * selected.choice.cost_ratio + 1.0 for k in range(curve.max_depth + 1)]
     chosen = {**(selected.batch_depths or {}), 1: selected.choice.depth}
     # the select job's seed: the same resamples its choice saw
-    return speedup_bands(curve, per_prompt=pairing.measured.per_prompt[0], walks=pairing.measured.walks[0],
-                         cost=pairing.profiled.cost, batch1_cost=batch1, chosen=chosen,
-                         seed=pairing.jobs["select_depth"]["seed"])
+    return speedup_bands(
+        curve,
+        per_prompt=pairing.measured.per_prompt[0],
+        walks=pairing.measured.walks[0],
+        cost=pairing.profiled.cost,
+        batch1_cost=batch1,
+        chosen=chosen,
+        seed=pairing.jobs["select_depth"]["seed"],
+    )
 
 
 def slug(text: str) -> str:
@@ -69,8 +76,10 @@ class Page:
         n = next(i for i in range(len(taken) + 2) if (f"{stem}_{i}.png" if i else f"{stem}.png") not in taken)
         path = draw(self.folder / (f"{stem}_{n}.png" if n else f"{stem}.png"))
         data = base64.b64encode(Path(path).read_bytes()).decode()
-        self.parts.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
-                          f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+        self.parts.append(
+            f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+        )
         self.tables.append(f"![{caption}]({Path(path).name})")
         self.figures.append(Path(path))
 
@@ -83,19 +92,37 @@ class Page:
                 if name not in {p.name for p in self.figures}:
                     (self.folder / name).unlink(missing_ok=True)
         page = self.folder / "report.html"
-        page.write_text(f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}'
-                        f"</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-                        + "\n".join(self.parts) + "</body></html>\n")
+        page.write_text(
+            f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}'
+            f"</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+            + "\n".join(self.parts)
+            + "</body></html>\n"
+        )
         (self.folder / "tables.md").write_text(f"# {title}\n\n" + "\n\n".join(self.tables) + "\n")
         return page
 
 
 def _provenance(page: Page, record) -> None:
     counts = ", ".join(f"{n} {s}" for s, n in record.job_counts.items() if n)
-    page.table(tab.Table(f"Experiment {record.ref}", ("field", "value"), (
-        ("experiment id", str(record.id)), ("spec hash", record.spec_hash), ("code version", record.code_version),
-        ("created", record.created_at), ("MLflow run", record.mlflow_run_id or ""), ("jobs", counts),
-        *((("results skipped (stored by another release)", ", ".join(record.skipped)),) if record.skipped else ()))))
+    page.table(
+        tab.Table(
+            f"Experiment {record.ref}",
+            ("field", "value"),
+            (
+                ("experiment id", str(record.id)),
+                ("spec hash", record.spec_hash),
+                ("code version", record.code_version),
+                ("created", record.created_at),
+                ("MLflow run", record.mlflow_run_id or ""),
+                ("jobs", counts),
+                *(
+                    (("results skipped (stored by another release)", ", ".join(record.skipped)),)
+                    if record.skipped
+                    else ()
+                ),
+            ),
+        )
+    )
 
 
 def experiment_page(record, folder: Path) -> Page:
@@ -112,18 +139,28 @@ def experiment_page(record, folder: Path) -> Page:
         page.table(tab.accept_len_table(measured))
         page.table(tab.cond_accept_table(measured))
         for p in measured:
-            page.figure(f"{p.label}_acceptance", lambda path, p=p: fig.plot_acceptance(p, path),
-                        f"{p.label}: survival and accept_len by depth, every condition")
+            page.figure(
+                f"{p.label}_acceptance",
+                lambda path, p=p: fig.plot_acceptance(p, path),
+                f"{p.label}: survival and accept_len by depth, every condition",
+            )
     chosen = [p for p in record.pairings if speedups[p.label]]
     if chosen:
         page.heading("Predicted and measured speedup by depth")
         for p in chosen:
             check = p.validated.speedup_check if p.validated else None
-            model = ("timed engine iterations" if p.selected.choice.cost_model == "timed"
-                     else f"k c + 1, c = {p.selected.choice.cost_ratio:.3g}")
-            page.figure(f"{p.label}_speedup", lambda path, p=p, c=check, m=model: fig.plot_speedup_by_batch(
-                f"{p.label}\n{p.selected.hardware}", speedups[p.label], c, path, batch1_model=m),
-                f"{p.label}: predicted speedup by depth per batch size, the chosen depth dotted")
+            model = (
+                "timed engine iterations"
+                if p.selected.choice.cost_model == "timed"
+                else f"k c + 1, c = {p.selected.choice.cost_ratio:.3g}"
+            )
+            page.figure(
+                f"{p.label}_speedup",
+                lambda path, p=p, c=check, m=model: fig.plot_speedup_by_batch(
+                    f"{p.label}\n{p.selected.hardware}", speedups[p.label], c, path, batch1_model=m
+                ),
+                f"{p.label}: predicted speedup by depth per batch size, the chosen depth dotted",
+            )
         validated = [p for p in record.pairings if p.validated]
         if validated:
             page.table(tab.speedup_check_table(validated))
@@ -147,11 +184,17 @@ def _trees(page: Page, record) -> None:
         page.table(tab.tree_table(trees))
         for p in trees:
             tree_check = p.validated.speedup_check.tree if p.validated else None
-            page.figure(f"{p.label}_trees", lambda path, p=p: plot_trees(p.selected.tree, path, p.label),
-                        f"{p.label}: the best tree of every size")
+            page.figure(
+                f"{p.label}_trees",
+                lambda path, p=p: plot_trees(p.selected.tree, path, p.label),
+                f"{p.label}: the best tree of every size",
+            )
             if tree_check is not None:
-                page.figure(f"{p.label}_tree_check", lambda path, p=p, t=tree_check: plot_tree_check(t, path, p.label),
-                            f"{p.label}: trees through the engine")
+                page.figure(
+                    f"{p.label}_tree_check",
+                    lambda path, p=p, t=tree_check: plot_tree_check(t, path, p.label),
+                    f"{p.label}: trees through the engine",
+                )
 
 
 def _drift_and_conditions(page: Page, measured) -> None:
@@ -163,9 +206,13 @@ def _drift_and_conditions(page: Page, measured) -> None:
         page.heading("Drift diagnostics by depth")
         for target in dict.fromkeys(p.target for p in with_drift):
             group = [p for p in with_drift if p.target == target]
-            page.figure(f"{target}_drift", lambda path, g=group: fig.plot_drift_across(
-                g, condition=primary.condition, temperature=primary.temperature, path=path, title=target),
-                f"{target}: drift diagnostics by depth across drafters")
+            page.figure(
+                f"{target}_drift",
+                lambda path, g=group, title=target: fig.plot_drift_across(
+                    g, condition=primary.condition, temperature=primary.temperature, path=path, title=title
+                ),
+                f"{target}: drift diagnostics by depth across drafters",
+            )
         for table in tab.drift_tables(with_drift, condition=primary.condition, temperature=primary.temperature):
             page.table(table)
     temperatures = sorted({c.temperature for p in measured for c in p.measured.curves})
@@ -173,9 +220,13 @@ def _drift_and_conditions(page: Page, measured) -> None:
         page.heading("Acceptance by condition")
         for t in temperatures:
             page.table(tab.condition_table(measured, temperature=t))
-            page.figure(f"conditions_T{t:g}", lambda path, t=t: fig.plot_condition_bars(
-                measured, temperature=t, path=path, title="accept_len by condition"),
-                f"accept_len at the deepest depth by condition, T={t:g}")
+            page.figure(
+                f"conditions_T{t:g}",
+                lambda path, t=t: fig.plot_condition_bars(
+                    measured, temperature=t, path=path, title="accept_len by condition"
+                ),
+                f"accept_len at the deepest depth by condition, T={t:g}",
+            )
 
 
 def _categories(page: Page, pairings) -> None:
@@ -189,10 +240,19 @@ def _categories(page: Page, pairings) -> None:
     page.table(tab.category_table(pairings))
     for p in pairings:
         primary = p.measured.curves[0]
-        curves = {"all prompts": primary, **{c.category: c for c in category_curves(p.measured)
-                                             if (c.condition, c.temperature) == (primary.condition, primary.temperature)}}
-        page.figure(f"{p.label}_categories", lambda path, p=p, c=curves: plot_comparison(c, path, p.label),
-                    f"{p.label}: survival and accept_len per prompt category")
+        curves = {
+            "all prompts": primary,
+            **{
+                c.category: c
+                for c in category_curves(p.measured)
+                if (c.condition, c.temperature) == (primary.condition, primary.temperature)
+            },
+        }
+        page.figure(
+            f"{p.label}_categories",
+            lambda path, p=p, c=curves: plot_comparison(c, path, p.label),
+            f"{p.label}: survival and accept_len per prompt category",
+        )
 
 
 def comparison_page(a, b, folder: Path) -> Page:
@@ -201,17 +261,28 @@ def comparison_page(a, b, folder: Path) -> Page:
     for record in (a, b):
         _provenance(page, record)
     mine, theirs = {p.label: p for p in a.pairings if p.measured}, {p.label: p for p in b.pairings if p.measured}
-    common = [(label, (mine[label], pairing_speedups(mine[label])), (theirs[label], pairing_speedups(theirs[label])))
-              for label in mine if label in theirs]
+    common = [
+        (label, (mine[label], pairing_speedups(mine[label])), (theirs[label], pairing_speedups(theirs[label])))
+        for label in mine
+        if label in theirs
+    ]
     page.heading(f"{a.ref} against {b.ref}")
-    page.table(tab.Table("The pairings both measured: the primary curve and the chosen depth at batch size 1",
-                         ("pairing", a.ref, b.ref), tuple((label, _summary(*x), _summary(*y)) for label, x, y in common)))
+    page.table(
+        tab.Table(
+            "The pairings both measured: the primary curve and the chosen depth at batch size 1",
+            ("pairing", a.ref, b.ref),
+            tuple((label, _summary(*x), _summary(*y)) for label, x, y in common),
+        )
+    )
     for label, x, y in common:
-        page.figure(f"{label}_compare", lambda path, label=label, x=x, y=y: fig.plot_compare(a.ref, x, b.ref, y, path,
-                                                                                            label),
-                    f"{label}: {a.ref} against {b.ref}")
-    only = [f"{label} ({a.ref} only)" for label in mine if label not in theirs] + \
-        [f"{label} ({b.ref} only)" for label in theirs if label not in mine]
+        page.figure(
+            f"{label}_compare",
+            lambda path, label=label, x=x, y=y: fig.plot_compare(a.ref, x, b.ref, y, path, label),
+            f"{label}: {a.ref} against {b.ref}",
+        )
+    only = [f"{label} ({a.ref} only)" for label in mine if label not in theirs] + [
+        f"{label} ({b.ref} only)" for label in theirs if label not in mine
+    ]
     if only:
         page.text("Measured by one experiment only: " + ", ".join(only))
     return page

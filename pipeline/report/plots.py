@@ -1,4 +1,5 @@
 """What people would rather see than read: curve plots and the best-depth table."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -70,12 +71,19 @@ def plot_tree_check(check, path: str | Path, title: str) -> Path:
     ax1.legend(fontsize=8)
     ax2.plot(sizes, [check.predicted_speedup[i] for i in order], "o--", label="predicted")
     ax2.plot(sizes, [check.measured_speedup[i] for i in order], "s-", label="measured (engine)")
-    ax2.axhline(check.chain_tokens_per_s / check.plain_tokens_per_s, color="grey", ls=":",
-                label=f"chain k = {check.chain_depth} (measured)")
+    ax2.axhline(
+        check.chain_tokens_per_s / check.plain_tokens_per_s,
+        color="grey",
+        ls=":",
+        label=f"chain k = {check.chain_depth} (measured)",
+    )
     ax2.axhline(1.0, color="grey", lw=0.8)
     ax2.axvline(chosen, color="C3", ls=":")
-    ax2.set(xlabel="draft tokens in the tree", ylabel="speedup over plain decoding",
-            title=f"chosen tree vs chain: {check.over_chain:.3f}x measured")
+    ax2.set(
+        xlabel="draft tokens in the tree",
+        ylabel="speedup over plain decoding",
+        title=f"chosen tree vs chain: {check.over_chain:.3f}x measured",
+    )
     ax2.legend(fontsize=8)
     integer_depths((ax1, ax2))
     return save_figure(fig, path, title)
@@ -90,11 +98,17 @@ def best_table(rows: list[dict], *, versioned: bool) -> Table:
     for col in cols + (("tree", "tree vs chain") if trees else ()) + (("version", "source") if versioned else ()):
         table.add_column(col, justify="right" if col in ("depth", "accept_len", "speedup", "cost_ratio") else "left")
     for r in rows:
-        cells = [r["target"], r["drafter"], r["hardware"], str(r["depth"]),
-                 f"{r['accept_len']:.3f}", f"{r['speedup']:.3f}x", f"{r['cost_ratio']:.3f}"]
+        cells = [
+            r["target"],
+            r["drafter"],
+            r["hardware"],
+            str(r["depth"]),
+            f"{r['accept_len']:.3f}",
+            f"{r['speedup']:.3f}x",
+            f"{r['cost_ratio']:.3f}",
+        ]
         if trees:
-            cells += [tree_label(r["tree"]) if r.get("tree") else "-",
-                      _tree_gain(r) if r.get("tree") else "-"]
+            cells += [tree_label(r["tree"]) if r.get("tree") else "-", _tree_gain(r) if r.get("tree") else "-"]
         if versioned:
             cells += [f"v{r['version']}" + ("" if r["active"] else " (old)"), r["source"]]
         table.add_row(*cells)
@@ -121,15 +135,35 @@ def category_table(rows: list[dict]) -> Table:
     category would get on its own; rows from `best` with their `categories`."""
     table = Table(title="best depth per pairing and prompt category")
     for col in ("target", "drafter", "hardware", "category", "prompts", "depth", "decode_accept_len", "speedup"):
-        table.add_column(col, justify="right" if col in ("prompts", "depth", "decode_accept_len", "speedup") else "left")
+        table.add_column(
+            col, justify="right" if col in ("prompts", "depth", "decode_accept_len", "speedup") else "left"
+        )
     for r in rows:
         tokens = r["decode_accept_len"] if r["decode_accept_len"] is not None else r["accept_len"]
-        table.add_row(r["target"], r["drafter"], r["hardware"], "all prompts", "", str(r["depth"]), f"{tokens:.3f}",
-                      f"{r['speedup']:.3f}x", end_section=not r["categories"])
+        table.add_row(
+            r["target"],
+            r["drafter"],
+            r["hardware"],
+            "all prompts",
+            "",
+            str(r["depth"]),
+            f"{tokens:.3f}",
+            f"{r['speedup']:.3f}x",
+            end_section=not r["categories"],
+        )
         for i, c in enumerate(r["categories"]):
             tokens = c["decode_accept_len"] if c["decode_accept_len"] is not None else c["accept_len"]
-            table.add_row("", "", "", c["category"], str(c["prompts"]), str(c["depth"]), f"{tokens:.3f}",
-                          f"{c['speedup']:.3f}x", end_section=i == len(r["categories"]) - 1)
+            table.add_row(
+                "",
+                "",
+                "",
+                c["category"],
+                str(c["prompts"]),
+                str(c["depth"]),
+                f"{tokens:.3f}",
+                f"{c['speedup']:.3f}x",
+                end_section=i == len(r["categories"]) - 1,
+            )
     return table
 
 
@@ -140,18 +174,30 @@ def speedup_table(checks: list[tuple]) -> Table:
         table.add_column(col, justify="left" if col in ("target", "drafter", "") else "right")
     for target, drafter, check in checks:
         for k, (pred, meas) in enumerate(zip(check.predicted_speedup, check.measured_speedup)):
-            table.add_row(target if k == 0 else "", drafter if k == 0 else "", str(k), f"{pred:.3f}x", f"{meas:.3f}x",
-                          f"{check.tokens_per_s[k]:.1f}", f"{check.engine_accept_len[k]:.3f}", depth_marks(check, k))
-        verdict = f"[green]passed[/green]: chosen k reaches {check.chosen_vs_best:.1%} of the best" \
-            if check.passed else "[red]failed[/red]: " + "; ".join(check.problems)
+            table.add_row(
+                target if k == 0 else "",
+                drafter if k == 0 else "",
+                str(k),
+                f"{pred:.3f}x",
+                f"{meas:.3f}x",
+                f"{check.tokens_per_s[k]:.1f}",
+                f"{check.engine_accept_len[k]:.3f}",
+                depth_marks(check, k),
+            )
+        verdict = (
+            f"[green]passed[/green]: chosen k reaches {check.chosen_vs_best:.1%} of the best"
+            if check.passed
+            else "[red]failed[/red]: " + "; ".join(check.problems)
+        )
         table.add_row("", "", "", "", "", "", "", verdict, end_section=True)
     return table
 
 
 def depth_marks(check, k: int) -> str:
     """What depth k is in an engine benchmark: the chosen depth, the best measured one, both or neither."""
-    return ", ".join(m for m, on in (("chosen", k == check.chosen_depth), ("best measured", k == check.best_measured_depth))
-                     if on)
+    return ", ".join(
+        m for m, on in (("chosen", k == check.chosen_depth), ("best measured", k == check.best_measured_depth)) if on
+    )
 
 
 def hf_predicted(check, run) -> float | None:
@@ -182,13 +228,27 @@ def hf_table(checks: list[tuple]) -> Table | None:
     for target, drafter, check in rows:
         plain = check.hf_runs[0].tokens_per_s
         ours = check.tokens_per_s[check.chosen_depth]
-        table.add_row(target, drafter, f"specfleet engine, chosen k={check.chosen_depth}", f"{ours:.1f}",
-                      f"{ours / plain:.3f}x", f"{check.predicted_speedup[check.chosen_depth]:.3f}x", "")
+        table.add_row(
+            target,
+            drafter,
+            f"specfleet engine, chosen k={check.chosen_depth}",
+            f"{ours:.1f}",
+            f"{ours / plain:.3f}x",
+            f"{check.predicted_speedup[check.chosen_depth]:.3f}x",
+            "",
+        )
         for run in check.hf_runs:
             at = hf_predicted(check, run)
             predicted = f"{at:.3f}x" if at is not None else ""
-            table.add_row("", "", f"HF {run.name}", f"{run.tokens_per_s:.1f}", f"{run.speedup:.3f}x", predicted,
-                          str(run.mismatches))
+            table.add_row(
+                "",
+                "",
+                f"HF {run.name}",
+                f"{run.tokens_per_s:.1f}",
+                f"{run.speedup:.3f}x",
+                predicted,
+                str(run.mismatches),
+            )
         table.add_section()
     return table
 

@@ -3,15 +3,16 @@
 A table is a title, a header and rows of already formatted cells; the builders below read stored
 results (pipeline/report/data.py) and the intervals of pipeline/core/intervals.py.
 """
+
 from __future__ import annotations
 
 import html
 from dataclasses import dataclass
 
 from pipeline.core.intervals import BatchSpeedup
+from pipeline.report.figures import LEVEL, REPORT_DRIFT, bands_of
 from pipeline.report.findings import condition_cells, ordered_conditions
 from pipeline.report.plots import depth_marks, hf_predicted, tree_label
-from pipeline.report.figures import LEVEL, REPORT_DRIFT, bands_of
 
 
 @dataclass(frozen=True)
@@ -23,14 +24,18 @@ class Table:
     def markdown(self) -> str:
         def row(cells) -> str:
             return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-        return "\n".join([f"**{self.title}**", "", row(self.header), "|" + "---|" * len(self.header),
-                          *(row(r) for r in self.rows)])
+
+        return "\n".join(
+            [f"**{self.title}**", "", row(self.header), "|" + "---|" * len(self.header), *(row(r) for r in self.rows)]
+        )
 
     def html(self) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self.header)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self.rows)
-        return (f"<table><caption>{html.escape(self.title)}</caption><thead><tr>{head}</tr></thead>"
-                f"<tbody>{body}</tbody></table>")
+        return (
+            f"<table><caption>{html.escape(self.title)}</caption><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table>"
+        )
 
 
 def _ci(value: float, lo: float, hi: float) -> str:
@@ -48,16 +53,44 @@ def tuned_table(record, speedups: dict[str, list[BatchSpeedup]]) -> Table:
         check = pairing.validated.speedup_check if pairing and pairing.validated else None
         k = r["depth"]
         schedule = ", ".join(f"{lo}-{hi}: k={d}" for lo, hi, d in r["schedule"]) if r["schedule"] else ""
-        rows.append((label, r["hardware"], r["condition"], f"{r['temperature']:g}", str(k), schedule,
-                     _ci(predicted.value[k], predicted.lo[k], predicted.hi[k]) if predicted else f"{r['speedup']:.3f}",
-                     f"{check.measured_speedup[k]:.3f}" if check and k < len(check.measured_speedup) else "",
-                     tree_label(r["tree"]) if r.get("tree") else "",
-                     f"v{r['version']}" + ("" if r["active"] else " (replaced)"), r["source"],
-                     (r["job_hash"] or "")[:12], r["mlflow_run_id"] or "", r["code_version"]))
-    return Table("Tuned configs written by this experiment (speedup at batch size 1, "
-                 f"{LEVEL:.0%} interval over prompts)",
-                 ("pairing", "hardware", "condition", "T", "depth", "depth per batch size", "predicted speedup",
-                  "measured speedup", "tree", "version", "source", "select job", "MLflow run", "code"), tuple(rows))
+        rows.append(
+            (
+                label,
+                r["hardware"],
+                r["condition"],
+                f"{r['temperature']:g}",
+                str(k),
+                schedule,
+                _ci(predicted.value[k], predicted.lo[k], predicted.hi[k]) if predicted else f"{r['speedup']:.3f}",
+                f"{check.measured_speedup[k]:.3f}" if check and k < len(check.measured_speedup) else "",
+                tree_label(r["tree"]) if r.get("tree") else "",
+                f"v{r['version']}" + ("" if r["active"] else " (replaced)"),
+                r["source"],
+                (r["job_hash"] or "")[:12],
+                r["mlflow_run_id"] or "",
+                r["code_version"],
+            )
+        )
+    return Table(
+        f"Tuned configs written by this experiment (speedup at batch size 1, {LEVEL:.0%} interval over prompts)",
+        (
+            "pairing",
+            "hardware",
+            "condition",
+            "T",
+            "depth",
+            "depth per batch size",
+            "predicted speedup",
+            "measured speedup",
+            "tree",
+            "version",
+            "source",
+            "select job",
+            "MLflow run",
+            "code",
+        ),
+        tuple(rows),
+    )
 
 
 def accept_len_table(pairings) -> Table:
@@ -67,35 +100,64 @@ def accept_len_table(pairings) -> Table:
     for p in pairings:
         curve = p.measured.curves[0]
         band = bands_of(curve, p.measured.per_prompt[0])[1]
-        rows.append((p.label, f"{curve.condition}, T={curve.temperature:g}",
-                     *(_ci(band.value[k], band.lo[k], band.hi[k]) if k <= curve.max_depth else ""
-                       for k in range(1, depth + 1))))
-    return Table(f"accept_len(k) of the primary curve ({LEVEL:.0%} interval over prompts)",
-                 ("pairing", "curve", *(f"k={k}" for k in range(1, depth + 1))), tuple(rows))
+        rows.append(
+            (
+                p.label,
+                f"{curve.condition}, T={curve.temperature:g}",
+                *(
+                    _ci(band.value[k], band.lo[k], band.hi[k]) if k <= curve.max_depth else ""
+                    for k in range(1, depth + 1)
+                ),
+            )
+        )
+    return Table(
+        f"accept_len(k) of the primary curve ({LEVEL:.0%} interval over prompts)",
+        ("pairing", "curve", *(f"k={k}" for k in range(1, depth + 1))),
+        tuple(rows),
+    )
 
 
 def cond_accept_table(pairings) -> Table:
     """cond_accept[j] of each pairing's primary curve: where acceptance falls off with depth."""
     depth = max((p.measured.curves[0].max_depth for p in pairings), default=0)
-    rows = tuple((p.label, f"{c.condition}, T={c.temperature:g}",
-                  *(f"{c.cond_accept[j - 1]:.3f}" if j <= c.max_depth else "" for j in range(1, depth + 1)))
-                 for p in pairings for c in p.measured.curves[:1])
-    return Table("cond_accept[j] of the primary curve: P(draft j accepted | drafts 1..j-1 were)",
-                 ("pairing", "curve", *(f"j={j}" for j in range(1, depth + 1))), rows)
+    rows = tuple(
+        (
+            p.label,
+            f"{c.condition}, T={c.temperature:g}",
+            *(f"{c.cond_accept[j - 1]:.3f}" if j <= c.max_depth else "" for j in range(1, depth + 1)),
+        )
+        for p in pairings
+        for c in p.measured.curves[:1]
+    )
+    return Table(
+        "cond_accept[j] of the primary curve: P(draft j accepted | drafts 1..j-1 were)",
+        ("pairing", "curve", *(f"j={j}" for j in range(1, depth + 1))),
+        rows,
+    )
 
 
 def drift_tables(pairings, *, condition: str, temperature: float) -> list[Table]:
     """One table per drift diagnostic: its value by depth for every pairing that measured it."""
     out = []
     for name in REPORT_DRIFT:
-        values = {p.label: {d.depth: d.value for d in p.measured.diagnostics if d.name == name and d.depth > 0
-                            and d.condition == condition and d.temperature == temperature} for p in pairings}
+        values = {
+            p.label: {
+                d.depth: d.value
+                for d in p.measured.diagnostics
+                if d.name == name and d.depth > 0 and d.condition == condition and d.temperature == temperature
+            }
+            for p in pairings
+        }
         values = {k: v for k, v in values.items() if v}
         depths = sorted({d for v in values.values() for d in v})
         if values:
-            out.append(Table(f"{name} by depth ({condition}, T={temperature:g})", ("pairing", *(f"k={d}" for d in depths)),
-                             tuple((label, *(f"{v[d]:.3f}" if d in v else "" for d in depths))
-                                   for label, v in values.items())))
+            out.append(
+                Table(
+                    f"{name} by depth ({condition}, T={temperature:g})",
+                    ("pairing", *(f"k={d}" for d in depths)),
+                    tuple((label, *(f"{v[d]:.3f}" if d in v else "" for d in depths)) for label, v in values.items()),
+                )
+            )
     return out
 
 
@@ -105,11 +167,15 @@ def condition_table(pairings, *, temperature: float) -> Table:
     conditions = ordered_conditions([{"condition": c.condition} for c in curves])
     rows = []
     for p in pairings:
-        values = {c.condition: c.accept_len[-1] for c in p.measured.curves
-                  if c.temperature == temperature and not c.category}
+        values = {
+            c.condition: c.accept_len[-1] for c in p.measured.curves if c.temperature == temperature and not c.category
+        }
         rows.append((p.label, *condition_cells(values, conditions, conditions[0])))
-    return Table(f"accept_len at the deepest depth by condition, T={temperature:g} (change against {conditions[0]})",
-                 ("pairing", *conditions), tuple(rows))
+    return Table(
+        f"accept_len at the deepest depth by condition, T={temperature:g} (change against {conditions[0]})",
+        ("pairing", *conditions),
+        tuple(rows),
+    )
 
 
 def speedup_check_table(pairings) -> Table:
@@ -118,12 +184,35 @@ def speedup_check_table(pairings) -> Table:
     for p in pairings:
         check = p.validated.speedup_check
         for k, (pred, meas) in enumerate(zip(check.predicted_speedup, check.measured_speedup)):
-            rows.append((p.label if k == 0 else "", str(k), f"{pred:.3f}", f"{meas:.3f}", f"{check.tokens_per_s[k]:.1f}",
-                         f"{check.engine_accept_len[k]:.3f}", depth_marks(check, k)))
-        rows.append(("", "", "", "", "", "", f"passed, chosen reaches {check.chosen_vs_best:.1%} of the best"
-                     if check.passed else "failed: " + "; ".join(check.problems)))
-    return Table("Predicted against measured speedup (the real engine, batch size 1)",
-                 ("pairing", "k", "predicted", "measured", "tokens/s", "engine accept_len", ""), tuple(rows))
+            rows.append(
+                (
+                    p.label if k == 0 else "",
+                    str(k),
+                    f"{pred:.3f}",
+                    f"{meas:.3f}",
+                    f"{check.tokens_per_s[k]:.1f}",
+                    f"{check.engine_accept_len[k]:.3f}",
+                    depth_marks(check, k),
+                )
+            )
+        rows.append(
+            (
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                f"passed, chosen reaches {check.chosen_vs_best:.1%} of the best"
+                if check.passed
+                else "failed: " + "; ".join(check.problems),
+            )
+        )
+    return Table(
+        "Predicted against measured speedup (the real engine, batch size 1)",
+        ("pairing", "k", "predicted", "measured", "tokens/s", "engine accept_len", ""),
+        tuple(rows),
+    )
 
 
 def category_table(pairings) -> Table:
@@ -135,20 +224,39 @@ def category_table(pairings) -> Table:
     def cells(choice, curve) -> tuple[str, ...]:
         best = choice.best_point if choice.best_point is not None else choice.depth
         tokens = curve.decode_accept_len or curve.accept_len
-        return (str(choice.depth), f"{choice.speedup:.3f}", f"k={best}: {choice.speedups[best]:.3f}",
-                f"{tokens[-1]:.3f}")
+        return (
+            str(choice.depth),
+            f"{choice.speedup:.3f}",
+            f"k={best}: {choice.speedups[best]:.3f}",
+            f"{tokens[-1]:.3f}",
+        )
 
     rows, depth = [], 0
     for p in pairings:
         primary = p.measured.curves[0]
         depth = primary.max_depth
-        by_name = {c.category: c for c in category_curves(p.measured)
-                   if (c.condition, c.temperature) == (primary.condition, primary.temperature)}
+        by_name = {
+            c.category: c
+            for c in category_curves(p.measured)
+            if (c.condition, c.temperature) == (primary.condition, primary.temperature)
+        }
         rows.append((p.label, "all prompts", "", *cells(p.selected.choice, primary)))
-        rows += [("", c.category, str(c.prompts), *cells(c.choice, by_name[c.category])) for c in p.selected.by_category]
-    return Table("Depth per prompt category (batch size 1)",
-                 ("pairing", "category", "prompts", "depth", "predicted speedup", "best point estimate",
-                  f"tokens per pass at k={depth}"), tuple(rows))
+        rows += [
+            ("", c.category, str(c.prompts), *cells(c.choice, by_name[c.category])) for c in p.selected.by_category
+        ]
+    return Table(
+        "Depth per prompt category (batch size 1)",
+        (
+            "pairing",
+            "category",
+            "prompts",
+            "depth",
+            "predicted speedup",
+            "best point estimate",
+            f"tokens per pass at k={depth}",
+        ),
+        tuple(rows),
+    )
 
 
 def hf_table(pairings) -> Table:
@@ -159,15 +267,33 @@ def hf_table(pairings) -> Table:
         check = p.validated.speedup_check
         plain = check.hf_runs[0].tokens_per_s
         k = check.chosen_depth
-        rows.append((p.label, f"specfleet engine, chosen k = {k}", f"{check.tokens_per_s[k]:.1f}",
-                     f"{check.tokens_per_s[k] / plain:.3f}", f"{check.predicted_speedup[k]:.3f}", ""))
+        rows.append(
+            (
+                p.label,
+                f"specfleet engine, chosen k = {k}",
+                f"{check.tokens_per_s[k]:.1f}",
+                f"{check.tokens_per_s[k] / plain:.3f}",
+                f"{check.predicted_speedup[k]:.3f}",
+                "",
+            )
+        )
         for run in check.hf_runs:
             at = hf_predicted(check, run)
-            rows.append(("", f"HF {run.name}", f"{run.tokens_per_s:.1f}", f"{run.speedup:.3f}",
-                         f"{at:.3f}" if at is not None else "", str(run.mismatches)))
-    return Table("Hugging Face generate on the same prompts (an engine specfleet did not write)",
-                 ("pairing", "engine", "tokens/s", "over HF generate", "specfleet predicted", "greedy diffs"),
-                 tuple(rows))
+            rows.append(
+                (
+                    "",
+                    f"HF {run.name}",
+                    f"{run.tokens_per_s:.1f}",
+                    f"{run.speedup:.3f}",
+                    f"{at:.3f}" if at is not None else "",
+                    str(run.mismatches),
+                )
+            )
+    return Table(
+        "Hugging Face generate on the same prompts (an engine specfleet did not write)",
+        ("pairing", "engine", "tokens/s", "over HF generate", "specfleet predicted", "greedy diffs"),
+        tuple(rows),
+    )
 
 
 def tree_table(pairings) -> Table:
@@ -176,20 +302,44 @@ def tree_table(pairings) -> Table:
     for p in pairings:
         tree = p.selected.tree
         check = p.validated.speedup_check.tree if p.validated else None
-        rows.append((p.label, tree_label(tree.tree), f"{tree.decode_accept_len:.3f}",
-                     f"{check.engine_accept_len[0]:.3f}" if check else "", f"k={tree.chain_depth}",
-                     f"{tree.over_chain:.3f}", f"{check.over_chain:.3f}" if check else ""))
-    return Table("Draft trees (batch size 1)", ("pairing", "tree", "expected tokens/pass", "engine tokens/pass",
-                                                "chain", "predicted over chain", "measured over chain"), tuple(rows))
+        rows.append(
+            (
+                p.label,
+                tree_label(tree.tree),
+                f"{tree.decode_accept_len:.3f}",
+                f"{check.engine_accept_len[0]:.3f}" if check else "",
+                f"k={tree.chain_depth}",
+                f"{tree.over_chain:.3f}",
+                f"{check.over_chain:.3f}" if check else "",
+            )
+        )
+    return Table(
+        "Draft trees (batch size 1)",
+        (
+            "pairing",
+            "tree",
+            "expected tokens/pass",
+            "engine tokens/pass",
+            "chain",
+            "predicted over chain",
+            "measured over chain",
+        ),
+        tuple(rows),
+    )
 
 
 def job_time_table(record) -> Table:
     """What the experiment's finished jobs took, by kind, in the order the kinds first finished (a job
     reused from an earlier run counts with the time it took then)."""
-    rows = tuple((kind, str(len(t)), f"{sum(t):.1f}", f"{sum(t) / len(t):.1f}", f"{max(t):.1f}")
-                 for kind, t in record.job_seconds.items())
+    rows = tuple(
+        (kind, str(len(t)), f"{sum(t):.1f}", f"{sum(t) / len(t):.1f}", f"{max(t):.1f}")
+        for kind, t in record.job_seconds.items()
+    )
     total = [s for t in record.job_seconds.values() for s in t]
     if total:
         rows += (("all", str(len(total)), f"{sum(total):.1f}", f"{sum(total) / len(total):.1f}", f"{max(total):.1f}"),)
-    return Table("Time per job kind (seconds each job took where it ran)",
-                 ("kind", "jobs", "total (s)", "mean (s)", "longest (s)"), rows)
+    return Table(
+        "Time per job kind (seconds each job took where it ran)",
+        ("kind", "jobs", "total (s)", "mean (s)", "longest (s)"),
+        rows,
+    )

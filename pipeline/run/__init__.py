@@ -1,1 +1,3 @@
-"""Running a plan: the executor, the clusters it runs on (Ray, or in process), recording to MLflow and the database, the live view."""
+"""Running a plan: the executor, the clusters it runs on (Ray, or in process), recording to MLflow
+and the database, the live view.
+"""

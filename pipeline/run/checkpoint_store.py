@@ -5,6 +5,7 @@ server, its artifact store under the experiment's run; else the work directory's
 `checkpoints/` (the embedded default). A folder only this machine has is refused when the
 cluster has nodes on other machines.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,6 +49,8 @@ def default_store(tracker: Tracker, parent_run: str, workdir: Path, elsewhere: i
 
 
 def unshared(nodes: int, where: str) -> str:
-    return (f"--checkpoints: the cluster has {nodes} node(s) on other machines, which cannot read checkpoints in "
-            f"{where}: give a store every node reads (an s3:// or gs:// URI, a shared folder) or log to an MLflow "
-            "server that serves its artifacts (--mlflow http://...)")
+    return (
+        f"--checkpoints: the cluster has {nodes} node(s) on other machines, which cannot read checkpoints in "
+        f"{where}: give a store every node reads (an s3:// or gs:// URI, a shared folder) or log to an MLflow "
+        "server that serves its artifacts (--mlflow http://...)"
+    )

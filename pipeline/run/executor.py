@@ -11,6 +11,7 @@ run, connect and check resources (a refused spec writes nothing to the stores); 
 experiment in the database and MLflow, claim the jobs, record the kept results, submit every
 job still to run, and record results as they arrive (each kept on disk first).
 """
+
 from __future__ import annotations
 
 import os
@@ -27,12 +28,12 @@ from pipeline.core.contracts import Stored
 from pipeline.core.files import clean_partials
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.kinds import resolve
-from pipeline.plan import Job, Plan
-from pipeline.run.progress import ProgressView
-from pipeline.run.checkpoint_store import default_store, given_store, unshared
 from pipeline.errors import UserError
-from pipeline.run.record import Recording, finished, intact
+from pipeline.plan import Job, Plan
 from pipeline.report.plots import plot_comparison
+from pipeline.run.checkpoint_store import default_store, given_store, unshared
+from pipeline.run.progress import ProgressView
+from pipeline.run.record import Recording, finished, intact
 from pipeline.run.tracking import Tracker
 from pipeline.run.unrecorded import Unrecorded
 
@@ -110,8 +111,18 @@ class Context:
         self.jobs = self.plan.by_hash()
 
 
-def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workdir: Path,
-             connect: Callable[[], Cluster], console, checkpoints: str | None = None) -> RunSummary:
+def run_plan(
+    plan: Plan,
+    *,
+    spec,
+    spec_text: str,
+    store,
+    tracker: Tracker,
+    workdir: Path,
+    connect: Callable[[], Cluster],
+    console,
+    checkpoints: str | None = None,
+) -> RunSummary:
     """Run `plan`; `connect` is called only when some job has to run. `checkpoints`: the store the
     jobs put their files in (default: pipeline/run/checkpoint_store.py's choice)."""
     t0 = time.perf_counter()
@@ -128,8 +139,11 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
     to_run = [j for j in plan.jobs if j.hash not in reusable and j.hash not in kept]
     cl = connect() if to_run else None  # nothing to run: no cluster needed
     try:
-        about = cl.check_resources({j.kind: (j.num_cpus, j.num_gpus, j.accelerator_type) for j in to_run}) \
-            if cl is not None else "no cluster needed"
+        about = (
+            cl.check_resources({j.kind: (j.num_cpus, j.num_gpus, j.accelerator_type) for j in to_run})
+            if cl is not None
+            else "no cluster needed"
+        )
         elsewhere = cl.elsewhere() if cl is not None else 0
         if elsewhere and not given and not tracker.is_server():
             raise UserError(unshared(elsewhere, "this machine's work directory"))
@@ -157,14 +171,22 @@ def run_plan(plan: Plan, *, spec, spec_text: str, store, tracker: Tracker, workd
 def _open_experiment(ctx: Context, spec, spec_text: str, about: str) -> RunSummary:
     plan = ctx.plan
     ctx.experiment_id = ctx.store.ensure_experiment(
-        name=spec.name, spec_hash=plan.spec_hash, spec_yaml=spec_text, code_version=plan.code_version)
+        name=spec.name, spec_hash=plan.spec_hash, spec_yaml=spec_text, code_version=plan.code_version
+    )
     ctx.mlflow_experiment, ctx.parent_run = ctx.tracker.parent_run(
-        experiment=f"specfleet/{spec.name}", spec_hash=plan.spec_hash,
-        params=spec.model_dump(mode="json"), tags={"specfleet.code_version": plan.code_version},
+        experiment=f"specfleet/{spec.name}",
+        spec_hash=plan.spec_hash,
+        params=spec.model_dump(mode="json"),
+        tags={"specfleet.code_version": plan.code_version},
     )
     ctx.store.set_experiment_run(ctx.experiment_id, ctx.parent_run)
-    ctx.store.link_jobs(ctx.experiment_id, [{"job_hash": j.hash, "kind": j.kind, "name": j.name,
-                                             "config": j.config.model_dump(mode="json")} for j in plan.jobs])
+    ctx.store.link_jobs(
+        ctx.experiment_id,
+        [
+            {"job_hash": j.hash, "kind": j.kind, "name": j.name, "config": j.config.model_dump(mode="json")}
+            for j in plan.jobs
+        ],
+    )
     return RunSummary(ctx.experiment_id, ctx.parent_run, about)
 
 
@@ -265,8 +287,9 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, run
                     ctx.store.renew(ctx.owner, lease_s=LEASE_S)
                     renewed = time.monotonic()
                 # results on disk before anything is written: a store outage from here on loses none
-                arrived = {ref: _collect(ctx, cl, jobs[pending[ref]], ref)
-                           for ref in cl.wait(list(pending), timeout=0.3)}
+                arrived = {
+                    ref: _collect(ctx, cl, jobs[pending[ref]], ref) for ref in cl.wait(list(pending), timeout=0.3)
+                }
                 board = cl.progress()
                 for h in board:
                     if h not in runs and h in submitted:
@@ -280,24 +303,32 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, run
                     if limit is not None and h in seen and time.monotonic() - seen[h] > limit:
                         cl.cancel([ref])  # its downstream jobs then fail as "not run"
                         pending.pop(ref)
-                        _record_failure(ctx, h, runs, summary, f"timed out: ran longer than "
-                                                               f"resources.{jobs[h].kind}.time_limit_s = {limit:g} s")
+                        _record_failure(
+                            ctx,
+                            h,
+                            runs,
+                            summary,
+                            f"timed out: ran longer than resources.{jobs[h].kind}.time_limit_s = {limit:g} s",
+                        )
                 view.update(board, summary)
     except BaseException:  # interrupted or a store/MLflow failure: leave nothing marked running
         _keep_arrived(ctx, cl, pending)
         cl.cancel(list(pending))
         kept = [h for h in ctx.jobs if h not in reusable and ctx.unrecorded.has(h)]
         if kept:
-            console.print(f"{len(kept)} finished result(s) not recorded are kept in {ctx.unrecorded.root}: "
-                          f"the next run records them")
+            console.print(
+                f"{len(kept)} finished result(s) not recorded are kept in {ctx.unrecorded.root}: "
+                f"the next run records them"
+            )
         never_submitted = [j.hash for j in ctx.plan.jobs if j.hash not in submitted and j.hash not in reusable]
         for h in [*pending.values(), *never_submitted]:
             _record_failure(ctx, h, runs, summary, "interrupted before it finished")
         raise
 
 
-def _record_failure(ctx: Context, h: str, runs: dict, summary: RunSummary, reason: str,
-                    detail: str | None = None) -> None:
+def _record_failure(
+    ctx: Context, h: str, runs: dict, summary: RunSummary, reason: str, detail: str | None = None
+) -> None:
     """The job failed: its one-line reason is printed and stored, with the whole traceback (which
     `specfleet status --job` shows) under it in the database."""
     if h in runs:
@@ -308,7 +339,11 @@ def _record_failure(ctx: Context, h: str, runs: dict, summary: RunSummary, reaso
 
 def _start_run(ctx: Context, job: Job) -> str:
     run_id = ctx.tracker.start_job(
-        ctx.mlflow_experiment, ctx.parent_run, job_hash=job.hash, kind=job.kind, name=job.name,
+        ctx.mlflow_experiment,
+        ctx.parent_run,
+        job_hash=job.hash,
+        kind=job.kind,
+        name=job.name,
         params=job.config.model_dump(mode="json"),
         tags={"specfleet.target": job.target or "", "specfleet.drafter": job.drafter or ""},
     )
@@ -344,8 +379,13 @@ def _finish(ctx: Context, cl: Cluster, job: Job, ref, outcome, runs: dict, summa
         if started and worker_log:
             ctx.tracker.log_text(runs[job.hash], mask_secrets(worker_log), "worker.log")
         upstream = next((ctx.jobs[h].name for _, h in job.deps if h in summary.failed), None)
-        reason = _one_line(exc) if started else \
-            f"not run: its input {upstream} failed" if upstream else f"not run: an upstream job failed ({_one_line(exc)})"
+        reason = (
+            _one_line(exc)
+            if started
+            else f"not run: its input {upstream} failed"
+            if upstream
+            else f"not run: an upstream job failed ({_one_line(exc)})"
+        )
         _record_failure(ctx, job.hash, runs, summary, reason, detail=_traceback(exc) if started else None)
         return
     result, wanted = outcome, job_kind(job.kind).result
@@ -355,8 +395,13 @@ def _finish(ctx: Context, cl: Cluster, job: Job, ref, outcome, runs: dict, summa
     if worker_log:
         ctx.tracker.log_text(runs[job.hash], mask_secrets(worker_log), "worker.log")
     if not isinstance(result, wanted):
-        _record_failure(ctx, job.hash, runs, summary, f"recording failed: TypeError: {job.kind} returned "
-                                                     f"{type(result).__name__}, not {wanted.__name__}")
+        _record_failure(
+            ctx,
+            job.hash,
+            runs,
+            summary,
+            f"recording failed: TypeError: {job.kind} returned {type(result).__name__}, not {wanted.__name__}",
+        )
         return
     if _record(ctx, job, result, runs, summary):
         summary.done.append(job.hash)
@@ -370,8 +415,9 @@ def _record(ctx: Context, job: Job, result, runs: dict, summary: RunSummary) -> 
     if failed_inputs:  # it ran on an input that was never recorded: recording it would orphan it
         _record_failure(ctx, job.hash, runs, summary, f"not recorded: its input {failed_inputs[0]} failed to record")
         return False
-    rec = Recording(ctx.tracker, ctx.store, run_id, ctx.experiment_id, ctx.plan.spec_hash,
-                    ctx.plan.code_version, ctx.jobs)
+    rec = Recording(
+        ctx.tracker, ctx.store, run_id, ctx.experiment_id, ctx.plan.spec_hash, ctx.plan.code_version, ctx.jobs
+    )
     try:
         resolve(job_kind(job.kind).record)(job, result, rec)
     except Exception as exc:  # the job ran but could not be recorded: it stays not done; its result stays kept

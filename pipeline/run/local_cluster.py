@@ -6,6 +6,7 @@ started, `cancel` stops jobs that have not run. Jobs run lazily, one per `wait` 
 submission order (dependencies first), so the executor's polling loop, its recording and its
 failure and interrupt paths run exactly as they do on Ray.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,16 @@ class LocalRef:
 def default_runner(kind, config, inputs, *, num_cpus, num_gpus, progress, checkpoints, job_hash):
     from workers.jobs.run import run_job  # torch, only once a job actually runs
 
-    return run_job(kind, config, inputs, num_cpus=num_cpus, num_gpus=num_gpus, progress=progress,
-                   checkpoints=checkpoints, job_hash=job_hash)
+    return run_job(
+        kind,
+        config,
+        inputs,
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        progress=progress,
+        checkpoints=checkpoints,
+        job_hash=job_hash,
+    )
 
 
 class LocalCluster:
@@ -101,8 +110,16 @@ class LocalCluster:
 
         inputs = {name: dep.value for name, dep in ref.deps.items()}
         try:
-            ref.value = self.runner(job.kind, job.config, inputs, num_cpus=job.num_cpus, num_gpus=job.num_gpus,
-                                    progress=progress, checkpoints=ref.checkpoints, job_hash=job.hash)
+            ref.value = self.runner(
+                job.kind,
+                job.config,
+                inputs,
+                num_cpus=job.num_cpus,
+                num_gpus=job.num_gpus,
+                progress=progress,
+                checkpoints=ref.checkpoints,
+                job_hash=job.hash,
+            )
         except Exception as exc:  # the job's own failure; KeyboardInterrupt goes to the executor
             ref.error = exc
         ref.done = True

@@ -7,6 +7,7 @@ another GPU generation, driver or library release then plans new timing jobs ins
 reusing the old ones; on a cluster with several kinds of worker for one placement, a job that
 lands on another kind than was asked refuses to run (pin `accelerator_type`).
 """
+
 from __future__ import annotations
 
 from pipeline.core.contracts import WorkerEnv
@@ -26,6 +27,8 @@ def probe_worker(spec, cluster=None) -> WorkerEnv:
     from workers.runtime.environment import gpus_here, worker_env
 
     if res.num_gpus > 0 and res.num_gpus > gpus_here():
-        raise ResourceError(f"resources.{TIMED}.num_gpus: a {TIMED} job asks for {res.num_gpus:g} GPU(s) but this "
-                            f"machine has {gpus_here()} (cluster: this machine)")
+        raise ResourceError(
+            f"resources.{TIMED}.num_gpus: a {TIMED} job asks for {res.num_gpus:g} GPU(s) but this "
+            f"machine has {gpus_here()} (cluster: this machine)"
+        )
     return worker_env(res.num_gpus)

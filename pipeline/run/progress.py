@@ -3,6 +3,7 @@
 On a terminal the bars redraw in place; anywhere else (a log file, a pipe, CI) the same news
 comes as plain lines: a job started, its step every PLAIN_EVERY seconds, finished or failed.
 """
+
 from __future__ import annotations
 
 import time
@@ -11,7 +12,6 @@ from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
-
 
 PLAIN_EVERY = 60.0
 
@@ -26,8 +26,12 @@ class ProgressView:
         self.last = None  # plain mode: the newest run summary, for the closing line
         self.t0 = time.monotonic()
         self.bars = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
-            TimeElapsedColumn(), console=console,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[note]}"),
+            TimeElapsedColumn(),
+            console=console,
         )
         self.overall = self.bars.add_task("jobs", total=len(jobs), completed=len(cached), note="")
         self.tasks: dict[str, int] = {}
@@ -45,8 +49,9 @@ class ProgressView:
             self.live.console.print()
         elif self.last is not None:
             s = self.last
-            self._say(f"done {len(s.done)}  cached {len(self.cached)}  failed {len(s.failed)}  "
-                      f"of {len(self.jobs)} jobs")
+            self._say(
+                f"done {len(s.done)}  cached {len(self.cached)}  failed {len(s.failed)}  of {len(self.jobs)} jobs"
+            )
 
     def update(self, board: dict, summary) -> None:
         if self.plain:
@@ -60,8 +65,12 @@ class ProgressView:
             if h not in self.tasks:
                 self.tasks[h] = self.bars.add_task(self.jobs[h].name, total=state.get("total") or 1, note="running")
             if "step" in state:
-                self.bars.update(self.tasks[h], total=state["total"], completed=state["step"],
-                                 note=f"loss {state['loss']:.3f}" if state["loss"] == state["loss"] else "")
+                self.bars.update(
+                    self.tasks[h],
+                    total=state["total"],
+                    completed=state["step"],
+                    note=f"loss {state['loss']:.3f}" if state["loss"] == state["loss"] else "",
+                )
         for h in finished & set(self.tasks):
             note = "failed" if h in summary.failed else "done"
             self.bars.update(self.tasks[h], completed=self.bars.tasks[self.tasks[h]].total, note=note)
@@ -70,8 +79,10 @@ class ProgressView:
         done = len(summary.done)
         pending = len(self.jobs) - len(self.cached) - done - len(summary.failed) - running
         self.bars.update(self.overall, completed=len(self.cached) + done + len(summary.failed))
-        self.counts.plain = (f"pending {pending}  running {running}  done {done}  "
-                             f"cached {len(self.cached)}  failed {len(summary.failed)}")
+        self.counts.plain = (
+            f"pending {pending}  running {running}  done {done}  "
+            f"cached {len(self.cached)}  failed {len(summary.failed)}"
+        )
 
     def _lines(self, board: dict, summary) -> None:
         now = time.monotonic()

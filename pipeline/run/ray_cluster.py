@@ -5,6 +5,7 @@ object refs, so Ray starts it when its dependencies are done and moves their res
 whichever node runs it. Results are small: files travel by reference (pipeline/core/artifacts.py),
 each node fetching what its jobs read.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,16 @@ def _run_job(runner, kind, config, num_cpus, num_gpus, job_hash, checkpoints, bo
 
     inputs = dict(zip(dep_names, dep_values))
     with captured(f"{kind} {job_hash[:12]} on {socket.gethostname()}") as log:
-        result = run_job(kind, config, inputs, num_cpus=num_cpus, num_gpus=num_gpus, progress=progress,
-                         checkpoints=checkpoints, job_hash=job_hash)
+        result = run_job(
+            kind,
+            config,
+            inputs,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            progress=progress,
+            checkpoints=checkpoints,
+            job_hash=job_hash,
+        )
     return result, log()
 
 
@@ -86,10 +95,24 @@ class RayCluster:
         names = tuple(deps)
         placed = {"accelerator_type": job.accelerator_type} if job.accelerator_type else {}
         result, log = _run_job.options(
-            num_cpus=job.num_cpus, num_gpus=job.num_gpus, name=job.name, max_retries=1, retry_exceptions=False,
+            num_cpus=job.num_cpus,
+            num_gpus=job.num_gpus,
+            name=job.name,
+            max_retries=1,
+            retry_exceptions=False,
             **placed,
-        ).remote(self.runner, job.kind, job.config, job.num_cpus, job.num_gpus, job.hash, checkpoints, self.board,
-                 names, *deps.values())
+        ).remote(
+            self.runner,
+            job.kind,
+            job.config,
+            job.num_cpus,
+            job.num_gpus,
+            job.hash,
+            checkpoints,
+            self.board,
+            names,
+            *deps.values(),
+        )
         self.logs[result] = log  # dependents take the result; the driver reads the log when recording
         return result
 
@@ -103,8 +126,10 @@ class RayCluster:
             return ray.get(_worker_env.options(num_cpus=num_cpus, num_gpus=num_gpus, **placed).remote(num_gpus))
         except ray.exceptions.RayError as exc:
             cause = getattr(exc, "cause", None) or exc
-            raise UserError(f"resources.profile_cost: a worker placed like the timing jobs could not report itself: "
-                            f"{type(cause).__name__}: {next(iter(str(cause).splitlines()), '')}") from None
+            raise UserError(
+                f"resources.profile_cost: a worker placed like the timing jobs could not report itself: "
+                f"{type(cause).__name__}: {next(iter(str(cause).splitlines()), '')}"
+            ) from None
 
     def wait(self, refs: list, timeout: float):
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)
@@ -144,9 +169,11 @@ def connect(address: str | None, runtime_env: dict | None = None) -> RayCluster:
     address = address or os.environ.get("RAY_ADDRESS")
     runtime_env = dict(runtime_env or {})
     if address and address.startswith(("http://", "https://")):
-        raise UserError(f"--address/RAY_ADDRESS: {address} is the cluster's Jobs API: submit the run through it "
-                        f"(ray job submit --address {address} --working-dir . -- python -m pipeline run SPEC), or "
-                        "join the cluster at its GCS address (HEAD:6379)")
+        raise UserError(
+            f"--address/RAY_ADDRESS: {address} is the cluster's Jobs API: submit the run through it "
+            f"(ray job submit --address {address} --working-dir . -- python -m pipeline run SPEC), or "
+            "join the cluster at its GCS address (HEAD:6379)"
+        )
     if ray.is_initialized():
         cluster = RayCluster(started_here=False, address="(already connected)")
     elif address:
@@ -170,8 +197,15 @@ def connect(address: str | None, runtime_env: dict | None = None) -> RayCluster:
         _run_token()
         # address="local": always a new cluster of this process's own, on loopback, never one a
         # `ray start` or a stale session record on this machine points at
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                 _node_ip_address="127.0.0.1", configure_logging=False, runtime_env=runtime_env or None)
+        ray.init(
+            address="local",
+            num_cpus=os.cpu_count(),
+            include_dashboard=False,
+            log_to_driver=False,
+            _node_ip_address="127.0.0.1",
+            configure_logging=False,
+            runtime_env=runtime_env or None,
+        )
         cluster = RayCluster(started_here=True, address="local")
     cluster.board = ProgressBoard.remote()
     return cluster
@@ -195,8 +229,10 @@ def _why(exc: BaseException) -> str:
     """One line on why joining failed; a token refusal (Ray puts it in the cause) says what to set."""
     text = " ".join(str(e) for e in (exc, exc.__cause__, exc.__context__) if e is not None)
     if "InvalidAuthToken" in text or "AuthenticationError" in text or "authentication token" in text.lower():
-        return ("the cluster uses token authentication and refused this one: set RAY_AUTH_MODE=token and the "
-                "cluster's token in RAY_AUTH_TOKEN or a file named by RAY_AUTH_TOKEN_PATH")
+        return (
+            "the cluster uses token authentication and refused this one: set RAY_AUTH_MODE=token and the "
+            "cluster's token in RAY_AUTH_TOKEN or a file named by RAY_AUTH_TOKEN_PATH"
+        )
     return next(iter(str(exc).splitlines()), type(exc).__name__)
 
 
@@ -206,7 +242,8 @@ def _run_token() -> None:
     a new one of this run's, held in this process's environment (which the cluster's processes
     inherit), never written to disk. A user's RAY_AUTH_MODE (disabled, token) is kept."""
     if os.environ.get("RAY_AUTH_MODE", "token").lower() == "token" and not (
-            os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+        os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+    ):
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 
@@ -225,8 +262,11 @@ def autoscaler_node_types() -> list[dict] | None:
 
         config = state.get_cluster_config()  # published by the platform that manages the cluster, if any
         if config is not None and config.node_group_configs:
-            types = [dict(g.resources) for g in config.node_group_configs
-                     if g.resources and g.max_count != 0 and (g.max_count == -1 or g.max_count > g.min_count)]
+            types = [
+                dict(g.resources)
+                for g in config.node_group_configs
+                if g.resources and g.max_count != 0 and (g.max_count == -1 or g.max_count > g.min_count)
+            ]
             return types or None  # fixed-size groups only: nothing will be added
         from ray.autoscaler.v2.utils import is_autoscaler_v2
 

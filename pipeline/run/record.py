@@ -10,6 +10,7 @@ A job's metrics go to MLflow in one batch; no recorder draws figures (half a sec
 most of what recording cost): MLflow charts every series by its step, and `specfleet report`
 draws an experiment's figures once.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,15 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from db.rows import (category_depth_rows, curve_rows, diagnostic_rows, rank_accept_rows, speedup_rows,
-                     tree_check_rows, tuned_config)
+from db.rows import (
+    category_depth_rows,
+    curve_rows,
+    diagnostic_rows,
+    rank_accept_rows,
+    speedup_rows,
+    tree_check_rows,
+    tuned_config,
+)
 from pipeline.core.artifacts import present
 from pipeline.core.categories import category_curves
 from pipeline.core.contracts import Dataset, Measured, Profiled, Selected, Stored, Trained, Validated
@@ -82,8 +90,11 @@ def record_dataset(job: Job, result: Dataset, rec: Recording) -> None:
 
 def checkpoint_tags(result: Stored) -> dict[str, str]:
     """What a job run says about its files: their store URI, content hash and size."""
-    return {"specfleet.files_uri": result.files_uri or "", "specfleet.files_sha256": result.files_sha256 or "",
-            "specfleet.files_bytes": str(sum(result.file_sizes.values()))}
+    return {
+        "specfleet.files_uri": result.files_uri or "",
+        "specfleet.files_sha256": result.files_sha256 or "",
+        "specfleet.files_bytes": str(sum(result.file_sizes.values())),
+    }
 
 
 def record_measured(job: Job, result: Measured, rec: Recording) -> None:
@@ -95,72 +106,132 @@ def record_measured(job: Job, result: Measured, rec: Recording) -> None:
         series.update(curve_series(curve, curve_suffix(curve)))
     for d in result.diagnostics:
         series.setdefault(metric_key(d.name, d.condition, d.temperature), []).append((d.depth, d.value))
-    accepts = [rank_accepts([p for prompt in paths for p in prompt], curve.max_depth, result.rank_topk) if paths else []
-               for curve, paths in zip(curves, result.rank_paths)]
+    accepts = [
+        rank_accepts([p for prompt in paths for p in prompt], curve.max_depth, result.rank_topk) if paths else []
+        for curve, paths in zip(curves, result.rank_paths)
+    ]
     for d, r, share in accepts[0] if accepts else ():  # the primary curve's, one series per rank
         series.setdefault(f"rank_accept/r{r}", []).append((d, share))
     rec.tracker.log_all(rec.run_id, series=series)
-    rec.store.mark_done(job.hash, result=_stored_json(result),
-                        curves=curve_rows(job.target, job.drafter, (*curves, *by_category)),
-                        diagnostics=diagnostic_rows(job.target, job.drafter, result.diagnostics),
-                        rank_accepts=rank_accept_rows(job.target, job.drafter, curves, accepts))
+    rec.store.mark_done(
+        job.hash,
+        result=_stored_json(result),
+        curves=curve_rows(job.target, job.drafter, (*curves, *by_category)),
+        diagnostics=diagnostic_rows(job.target, job.drafter, result.diagnostics),
+        rank_accepts=rank_accept_rows(job.target, job.drafter, curves, accepts),
+    )
 
 
 def record_profiled(job: Job, result: Profiled, rec: Recording) -> None:
     cost = result.cost
     # pass_ms: the timed engine iteration the default depth choice uses, step = depth
-    rec.tracker.log_all(rec.run_id, metrics={"draft_ms": cost.draft_ms, "decode_ms": cost.decode_ms,
-                                             "verify_ms": cost.verify_ms, "cost_ratio": cost.cost_ratio},
-                        series={"pass_ms": list(enumerate(cost.pass_ms))} if cost.pass_ms else {})
+    rec.tracker.log_all(
+        rec.run_id,
+        metrics={
+            "draft_ms": cost.draft_ms,
+            "decode_ms": cost.decode_ms,
+            "verify_ms": cost.verify_ms,
+            "cost_ratio": cost.cost_ratio,
+        },
+        series={"pass_ms": list(enumerate(cost.pass_ms))} if cost.pass_ms else {},
+    )
     rec.store.mark_done(job.hash, result=_stored_json(result))
 
 
 def record_selected(job: Job, result: Selected, rec: Recording) -> None:
     """The choice and its speedup by depth; the chosen tree and the per-batch-size schedule as JSON."""
     choice = result.choice
-    metrics = {"depth": choice.depth, "accept_len": choice.accept_len, "best_speedup": choice.speedup,
-               "cost_ratio": choice.cost_ratio}
+    metrics = {
+        "depth": choice.depth,
+        "accept_len": choice.accept_len,
+        "best_speedup": choice.speedup,
+        "cost_ratio": choice.cost_ratio,
+    }
     if choice.decode_accept_len is not None:
         metrics["decode_accept_len"] = choice.decode_accept_len
     if choice.accept_len_ci is not None:
-        metrics.update({"accept_len_lo": choice.accept_len_ci[0], "accept_len_hi": choice.accept_len_ci[1],
-                        "best_point_depth": choice.best_point})
+        metrics.update(
+            {
+                "accept_len_lo": choice.accept_len_ci[0],
+                "accept_len_hi": choice.accept_len_ci[1],
+                "best_point_depth": choice.best_point,
+            }
+        )
     for c in result.by_category:  # the depth each prompt category would get on its own
-        metrics.update({f"depth/{_key_part(c.category)}": c.choice.depth,
-                        f"best_speedup/{_key_part(c.category)}": c.choice.speedup})
+        metrics.update(
+            {
+                f"depth/{_key_part(c.category)}": c.choice.depth,
+                f"best_speedup/{_key_part(c.category)}": c.choice.speedup,
+            }
+        )
     tree = result.tree
     if tree is not None:
-        metrics.update({"tree_tokens": len(tree.tree), "tree_decode_accept_len": tree.decode_accept_len,
-                        "tree_speedup": tree.speedup, "tree_over_chain": tree.over_chain})
-        rec.tracker.log_dict(rec.run_id, {"tree": tree.tree, "batch_budgets": tree.batch_budgets,
-                                          "trees": [c.tree for c in tree.candidates]}, "tree.json")
+        metrics.update(
+            {
+                "tree_tokens": len(tree.tree),
+                "tree_decode_accept_len": tree.decode_accept_len,
+                "tree_speedup": tree.speedup,
+                "tree_over_chain": tree.over_chain,
+            }
+        )
+        rec.tracker.log_dict(
+            rec.run_id,
+            {"tree": tree.tree, "batch_budgets": tree.batch_budgets, "trees": [c.tree for c in tree.candidates]},
+            "tree.json",
+        )
     if result.schedule is not None:  # the per-batch-size depths: [[lo, hi, k], ...], inclusive ranges
-        rec.tracker.log_dict(rec.run_id, {"schedule": result.schedule, "batch_depths": result.batch_depths},
-                             "schedule.json")
+        rec.tracker.log_dict(
+            rec.run_id, {"schedule": result.schedule, "batch_depths": result.batch_depths}, "schedule.json"
+        )
     rec.tracker.log_all(rec.run_id, metrics=metrics, series={"speedup": list(enumerate(choice.speedups))})
-    tuned = tuned_config(job.target, job.drafter, result, experiment_id=rec.experiment_id, spec_hash=rec.spec_hash,
-                         code_version=rec.code_version, mlflow_run_id=rec.run_id, **provenance(job, rec.jobs))
-    rec.store.mark_done(job.hash, result=_stored_json(result), tuned=tuned,
-                        category_depths=category_depth_rows(job.target, job.drafter, result))
+    tuned = tuned_config(
+        job.target,
+        job.drafter,
+        result,
+        experiment_id=rec.experiment_id,
+        spec_hash=rec.spec_hash,
+        code_version=rec.code_version,
+        mlflow_run_id=rec.run_id,
+        **provenance(job, rec.jobs),
+    )
+    rec.store.mark_done(
+        job.hash,
+        result=_stored_json(result),
+        tuned=tuned,
+        category_depths=category_depth_rows(job.target, job.drafter, result),
+    )
 
 
 def record_validated(job: Job, result: Validated, rec: Recording) -> None:
     """Measured vs predicted speedup with step = depth, and the verdict."""
     check = result.speedup_check
-    metrics = {"chosen_depth": check.chosen_depth, "best_measured_depth": check.best_measured_depth,
-               "chosen_vs_best": check.chosen_vs_best, "passed": float(check.passed),
-               "greedy_mismatches": check.greedy_mismatches}
+    metrics = {
+        "chosen_depth": check.chosen_depth,
+        "best_measured_depth": check.best_measured_depth,
+        "chosen_vs_best": check.chosen_vs_best,
+        "passed": float(check.passed),
+        "greedy_mismatches": check.greedy_mismatches,
+    }
     if check.tree is not None:
-        metrics.update({"tree_tokens_per_s": check.tree.tokens_per_s[0],
-                        "chain_tokens_per_s": check.tree.chain_tokens_per_s,
-                        "tree_over_chain_measured": check.tree.over_chain,
-                        "tree_greedy_mismatches": check.tree.greedy_mismatches})
-    series = {name: list(enumerate(getattr(check, name)))
-              for name in ("tokens_per_s", "measured_speedup", "predicted_speedup", "engine_accept_len")}
+        metrics.update(
+            {
+                "tree_tokens_per_s": check.tree.tokens_per_s[0],
+                "chain_tokens_per_s": check.tree.chain_tokens_per_s,
+                "tree_over_chain_measured": check.tree.over_chain,
+                "tree_greedy_mismatches": check.tree.greedy_mismatches,
+            }
+        )
+    series = {
+        name: list(enumerate(getattr(check, name)))
+        for name in ("tokens_per_s", "measured_speedup", "predicted_speedup", "engine_accept_len")
+    }
     rec.tracker.log_all(rec.run_id, metrics=metrics, series=series)
-    rec.store.mark_done(job.hash, result=_stored_json(result),
-                        speedup_checks=speedup_rows(job.target, job.drafter, check),
-                        tree_checks=tree_check_rows(job.target, job.drafter, check))
+    rec.store.mark_done(
+        job.hash,
+        result=_stored_json(result),
+        speedup_checks=speedup_rows(job.target, job.drafter, check),
+        tree_checks=tree_check_rows(job.target, job.drafter, check),
+    )
 
 
 def _key_part(text: str) -> str:
@@ -184,9 +255,11 @@ def curve_series(curve: Curve, suffix: str) -> dict[str, list[tuple[int, float]]
     """A curve's metrics by depth: cond_accept and survival at 1..K, accept_len (and the decoder's
     decode_accept_len, what the depth choice maximises) at 0..K."""
     depths = range(1, curve.max_depth + 1)
-    out = {f"cond_accept{suffix}": list(zip(depths, curve.cond_accept)),
-           f"survival{suffix}": list(zip(depths, curve.survival)),
-           f"accept_len{suffix}": list(enumerate(curve.accept_len))}
+    out = {
+        f"cond_accept{suffix}": list(zip(depths, curve.cond_accept)),
+        f"survival{suffix}": list(zip(depths, curve.survival)),
+        f"accept_len{suffix}": list(enumerate(curve.accept_len)),
+    }
     if curve.decode_accept_len:
         out[f"decode_accept_len{suffix}"] = list(enumerate(curve.decode_accept_len))
     return out

@@ -1,6 +1,7 @@
 """Whether a cluster can ever run what a spec asks for: a request no node meets would make Ray
 wait forever, so it is refused before anything starts, unless an autoscaler can add a node
 that meets it."""
+
 from __future__ import annotations
 
 from pipeline.errors import ResourceError
@@ -38,27 +39,38 @@ def fit_on_nodes(requests: dict[str, Request], nodes: list[dict], scalable: list
 
 def _meets(node: dict, request: Request) -> bool:
     cpus, gpus, accelerator = request
-    return (node.get("CPU", 0) >= cpus and node.get("GPU", 0) >= gpus
-            and (accelerator is None or node.get(f"accelerator_type:{accelerator}", 0) > 0))
+    return (
+        node.get("CPU", 0) >= cpus
+        and node.get("GPU", 0) >= gpus
+        and (accelerator is None or node.get(f"accelerator_type:{accelerator}", 0) > 0)
+    )
 
 
 def _fit(requests: dict[str, Request], nodes: list[dict], about: str) -> None:
     """Each request must be met by one node, with all it asks for at once; the error names what
     is missing."""
-    largest = {"CPU": max((n.get("CPU", 0) for n in nodes), default=0),
-               "GPU": max((n.get("GPU", 0) for n in nodes), default=0)}
+    largest = {
+        "CPU": max((n.get("CPU", 0) for n in nodes), default=0),
+        "GPU": max((n.get("GPU", 0) for n in nodes), default=0),
+    }
     for kind, request in sorted(requests.items()):
         if any(_meets(node, request) for node in nodes):
             continue
         cpus, gpus, accelerator = request
         if accelerator is not None and not any(n.get(f"accelerator_type:{accelerator}", 0) > 0 for n in nodes):
             kinds = sorted({k.partition(":")[2] for n in nodes for k in n if k.startswith("accelerator_type:")})
-            raise ResourceError(f"resources.{kind}.accelerator_type: no node has a {accelerator} GPU "
-                                f"(cluster: {about}; GPU models: {', '.join(kinds) or 'none'})")
+            raise ResourceError(
+                f"resources.{kind}.accelerator_type: no node has a {accelerator} GPU "
+                f"(cluster: {about}; GPU models: {', '.join(kinds) or 'none'})"
+            )
         for key, asked in (("GPU", gpus), ("CPU", cpus)):
             if asked > largest[key]:
-                raise ResourceError(f"resources.{kind}.num_{key.lower()}s: a {kind} job asks for {asked:g} {key}(s) but "
-                                    f"the largest node has {largest[key]:g} (cluster: {about})")
+                raise ResourceError(
+                    f"resources.{kind}.num_{key.lower()}s: a {kind} job asks for {asked:g} {key}(s) but "
+                    f"the largest node has {largest[key]:g} (cluster: {about})"
+                )
         model = f" of model {accelerator}" if accelerator else ""
-        raise ResourceError(f"resources.{kind}: no single node has {cpus:g} CPU(s) and {gpus:g} GPU(s){model} at once "
-                            f"(cluster: {about})")
+        raise ResourceError(
+            f"resources.{kind}: no single node has {cpus:g} CPU(s) and {gpus:g} GPU(s){model} at once "
+            f"(cluster: {about})"
+        )

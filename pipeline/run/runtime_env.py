@@ -7,6 +7,7 @@ with the experiment, so a secret never goes in it literally: it names the variab
 shell the run starts from, `HF_TOKEN: ${HF_TOKEN}`, expanded when the run starts. Neither
 changes what a job computes, so neither is part of any job's identity.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,16 @@ ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class RuntimeEnv(Strict):
-    env_vars: dict[str, str] = Field(default_factory=dict, max_length=256,
-                                     description="variables set in every worker process; ${NAME} takes NAME "
-                                                 "from the environment the run starts in")
-    pip: list[str] = Field(default_factory=list, max_length=256,
-                           description="requirements the workers install (Ray builds one environment for them)")
+    env_vars: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="variables set in every worker process; ${NAME} takes NAME from the environment the run starts in",
+    )
+    pip: list[str] = Field(
+        default_factory=list,
+        max_length=256,
+        description="requirements the workers install (Ray builds one environment for them)",
+    )
 
     @field_validator("env_vars")
     @classmethod
@@ -59,8 +65,9 @@ class RuntimeEnv(Strict):
         for name, text in self.env_vars.items():
             missing = [v for v in _VARIABLE.findall(text) if v not in os.environ]
             if missing:
-                raise UserError(f"{field}.env_vars.{name}: ${{{missing[0]}}} is not set in the environment "
-                                f"this run starts from")
+                raise UserError(
+                    f"{field}.env_vars.{name}: ${{{missing[0]}}} is not set in the environment this run starts from"
+                )
             env[name] = _VARIABLE.sub(lambda m: os.environ[m.group(1)], text)
         out: dict = {}
         if env:
@@ -79,14 +86,15 @@ def from_cli(text: str | None) -> RuntimeEnv | None:
     except json.JSONDecodeError as exc:
         raise UserError(f"--runtime-env: not JSON ({exc.msg} at character {exc.pos})") from None
     if not isinstance(data, dict):
-        raise UserError("--runtime-env: give a JSON object, e.g. '{\"env_vars\": {\"HF_TOKEN\": \"...\"}}'")
+        raise UserError('--runtime-env: give a JSON object, e.g. \'{"env_vars": {"HF_TOKEN": "..."}}\'')
     try:
         return RuntimeEnv.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
-        raise UserError(f"--runtime-env{'.' + where if where else ''}: {err['msg'].removeprefix('Value error, ')}") \
-            from None
+        raise UserError(
+            f"--runtime-env{'.' + where if where else ''}: {err['msg'].removeprefix('Value error, ')}"
+        ) from None
 
 
 def merged(spec_env: RuntimeEnv | None, cli_env: RuntimeEnv | None) -> dict:

@@ -1,5 +1,6 @@
 """What `specfleet run` reads back after a run: the plan's finished results as the rows its summary
 tables show, and the plan as a table for --dry-run."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,22 +23,33 @@ def selected_rows(plan, store) -> list[dict]:
     of a `best` row that the table reads), with the tree's measured gain where it was validated."""
     from db.rows import category_depth_rows
 
-    measured = {(target, drafter): check.tree.over_chain for target, drafter, check in speedup_checks(plan, store)
-                if check.tree is not None}
-    return [{"target": job.target, "drafter": job.drafter, "hardware": selected.hardware,
-             **dataclasses.asdict(selected.choice),
-             "categories": category_depth_rows(job.target, job.drafter, selected),
-             "tree": selected.tree and selected.tree.tree,
-             "tree_speedup": selected.tree and selected.tree.speedup,
-             "tree_chain_speedup": selected.tree and selected.tree.chain_speedup,
-             "tree_measured_over_chain": measured.get((job.target, job.drafter))}
-            for job, selected in finished_of(plan, store, "select_depth")]
+    measured = {
+        (target, drafter): check.tree.over_chain
+        for target, drafter, check in speedup_checks(plan, store)
+        if check.tree is not None
+    }
+    return [
+        {
+            "target": job.target,
+            "drafter": job.drafter,
+            "hardware": selected.hardware,
+            **dataclasses.asdict(selected.choice),
+            "categories": category_depth_rows(job.target, job.drafter, selected),
+            "tree": selected.tree and selected.tree.tree,
+            "tree_speedup": selected.tree and selected.tree.speedup,
+            "tree_chain_speedup": selected.tree and selected.tree.chain_speedup,
+            "tree_measured_over_chain": measured.get((job.target, job.drafter)),
+        }
+        for job, selected in finished_of(plan, store, "select_depth")
+    ]
 
 
 def speedup_checks(plan, store) -> list[tuple[str, str, object]]:
     """The engine benchmarks of this plan's measure_speedup jobs."""
-    return [(job.target, job.drafter, validated.speedup_check)
-            for job, validated in finished_of(plan, store, "measure_speedup")]
+    return [
+        (job.target, job.drafter, validated.speedup_check)
+        for job, validated in finished_of(plan, store, "measure_speedup")
+    ]
 
 
 def plan_table(plan, store) -> Table:
@@ -51,6 +63,13 @@ def plan_table(plan, store) -> Table:
     short = {j.hash: j.hash[:10] for j in plan.jobs}
     for j in plan.jobs:
         state = "reuse" if store is not None and finished(store, j.kind, j.hash) is not None else "run"
-        table.add_row(j.kind, j.name, short[j.hash], ", ".join(f"{n}={short[h]}" for n, h in j.deps),
-                      f"{j.num_cpus:g}", f"{j.num_gpus:g}", state)
+        table.add_row(
+            j.kind,
+            j.name,
+            short[j.hash],
+            ", ".join(f"{n}={short[h]}" for n, h in j.deps),
+            f"{j.num_cpus:g}",
+            f"{j.num_gpus:g}",
+            state,
+        )
     return table

@@ -3,6 +3,7 @@
 Runs are found again by tags (`specfleet.spec_hash`, `specfleet.job_hash`), so a rerun of an
 unchanged spec reuses its runs instead of duplicating them.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -78,8 +79,10 @@ class Tracker:
         try:
             self.client.search_experiments(max_results=1)
         except (MlflowException, OSError) as exc:
-            raise UserError(f"--mlflow: cannot use tracking store {mask_secrets(self.uri)}: "
-                            f"{mask_secrets(str(exc).splitlines()[0])}") from None
+            raise UserError(
+                f"--mlflow: cannot use tracking store {mask_secrets(self.uri)}: "
+                f"{mask_secrets(str(exc).splitlines()[0])}"
+            ) from None
         finally:
             for name, value in saved.items():
                 if value is None:
@@ -96,7 +99,10 @@ class Tracker:
 
     def _find(self, experiment_id: str, tag: str, value: str, statuses=("FINISHED", "RUNNING")):
         runs = self._call(
-            self.client.search_runs, [experiment_id], filter_string=f"tags.`{tag}` = '{value}'", max_results=50,
+            self.client.search_runs,
+            [experiment_id],
+            filter_string=f"tags.`{tag}` = '{value}'",
+            max_results=50,
             order_by=["attributes.start_time DESC"],
         )
         return next((r for r in runs if r.info.status in statuses), None)
@@ -108,15 +114,22 @@ class Tracker:
         if found is not None:
             self._call(self.client.update_run, found.info.run_id, status="RUNNING")
             return exp_id, found.info.run_id
-        run = self._call(self.client.create_run, exp_id, run_name=experiment,
-                         tags={TAG_SPEC: spec_hash, TAG_KIND: "experiment", **tags})
+        run = self._call(
+            self.client.create_run,
+            exp_id,
+            run_name=experiment,
+            tags={TAG_SPEC: spec_hash, TAG_KIND: "experiment", **tags},
+        )
         self._send(run.info.run_id, params=[Param(k, v) for k, v in flatten(params).items()])
         return exp_id, run.info.run_id
 
-    def start_job(self, experiment_id: str, parent_run_id: str, *, job_hash: str, kind: str, name: str,
-                  params: dict, tags: dict) -> str:
+    def start_job(
+        self, experiment_id: str, parent_run_id: str, *, job_hash: str, kind: str, name: str, params: dict, tags: dict
+    ) -> str:
         run = self._call(
-            self.client.create_run, experiment_id, run_name=name,
+            self.client.create_run,
+            experiment_id,
+            run_name=name,
             tags={PARENT_TAG: parent_run_id, TAG_JOB: job_hash, TAG_KIND: kind, **tags},
         )
         self._starts[run.info.run_id] = run.info.start_time  # its metrics' timestamp, without asking again
@@ -124,13 +137,21 @@ class Tracker:
         self._send(run.info.run_id, params=[Param(k, v) for k, v in flatten(params).items()])
         return run.info.run_id
 
-    def log_all(self, run_id: str, *, metrics: dict[str, float] | None = None,
-                series: dict[str, list[tuple[int, float]]] | None = None, tags: dict[str, str] | None = None) -> None:
+    def log_all(
+        self,
+        run_id: str,
+        *,
+        metrics: dict[str, float] | None = None,
+        series: dict[str, list[tuple[int, float]]] | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> None:
         """A recorder's whole log in as few calls as MLflow allows (1,000 metrics and 100 tags each):
         `metrics` at step 0, each of `series` as (step, value) points."""
         at = self._stamp(run_id)
         values = [Metric(k, float(v), at, 0) for k, v in (metrics or {}).items()]
-        values += [Metric(name, float(v), at, int(step)) for name, points in (series or {}).items() for step, v in points]
+        values += [
+            Metric(name, float(v), at, int(step)) for name, points in (series or {}).items() for step, v in points
+        ]
         self._send(run_id, metrics=values, tags=[RunTag(k, v) for k, v in (tags or {}).items()])
 
     def _send(self, run_id: str, *, metrics: list = (), params: list = (), tags: list = ()) -> None:
@@ -139,9 +160,9 @@ class Tracker:
         metrics, params, tags = list(metrics), list(params), list(tags)
         while True:
             p, t = params[:100], tags[:100]
-            m = metrics[:1000 - len(p) - len(t)]
+            m = metrics[: 1000 - len(p) - len(t)]
             self._call(self.client.log_batch, run_id, metrics=m, params=p, tags=t)
-            params, tags, metrics = params[len(p):], tags[len(t):], metrics[len(m):]
+            params, tags, metrics = params[len(p) :], tags[len(t) :], metrics[len(m) :]
             if not (params or tags or metrics):
                 return
 
@@ -175,8 +196,9 @@ class Tracker:
         """End the runs a dead driver left RUNNING in the experiment: those of jobs that are done
         (it died between recording and ending the run) as FINISHED, those of jobs this driver has
         just claimed as KILLED. Returns how many."""
-        runs = self._call(self.client.search_runs, [experiment_id], filter_string="attributes.status = 'RUNNING'",
-                          max_results=1000)
+        runs = self._call(
+            self.client.search_runs, [experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000
+        )
         ended = 0
         for r in runs:
             job = r.data.tags.get(TAG_JOB)
@@ -201,8 +223,10 @@ class Tracker:
                     raise
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise UserError(f"MLflow tracking store {mask_secrets(self.uri)} unavailable for {self.retry_s:g} s "
-                                    f"(--retry-s, SPECFLEET_MLFLOW_RETRY_S): {mask_secrets(_first_line(exc))}") from None
+                    raise UserError(
+                        f"MLflow tracking store {mask_secrets(self.uri)} unavailable for {self.retry_s:g} s "
+                        f"(--retry-s, SPECFLEET_MLFLOW_RETRY_S): {mask_secrets(_first_line(exc))}"
+                    ) from None
                 wait = min(delay, remaining)
                 log.warning("MLflow %s: %s; retrying in %.2f s", method.__name__, mask_secrets(_first_line(exc)), wait)
                 time.sleep(wait)
@@ -210,9 +234,22 @@ class Tracker:
 
 
 # What an unreachable or busy tracking store says, through the REST client or a SQL store.
-_TRANSIENT_TEXT = ("Max retries exceeded", "Connection refused", "Connection aborted", "Connection reset",
-                   "RemoteDisconnected", "timed out", "database is locked", "could not connect", "server closed",
-                   "connection failed", "Temporary failure", "503", "502", "504")
+_TRANSIENT_TEXT = (
+    "Max retries exceeded",
+    "Connection refused",
+    "Connection aborted",
+    "Connection reset",
+    "RemoteDisconnected",
+    "timed out",
+    "database is locked",
+    "could not connect",
+    "server closed",
+    "connection failed",
+    "Temporary failure",
+    "503",
+    "502",
+    "504",
+)
 
 
 def _transient(exc: BaseException) -> bool:
@@ -221,11 +258,11 @@ def _transient(exc: BaseException) -> bool:
     if isinstance(exc, (OSError, OperationalError, InterfaceError)):
         return True
     if isinstance(exc, MlflowException):
-        return exc.error_code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED") or \
-            any(t in str(exc) for t in _TRANSIENT_TEXT)
+        return exc.error_code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED") or any(
+            t in str(exc) for t in _TRANSIENT_TEXT
+        )
     return type(exc).__module__.startswith(("requests", "urllib3"))
 
 
 def _first_line(exc: BaseException) -> str:
     return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:300]
-

@@ -6,6 +6,7 @@ stored them itself); the file is removed when the job is recorded. When recordin
 fails (the database or MLflow was down for longer than the writes wait), the file stays, and
 the next run of a spec holding that job records it from there instead of running it again.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from pipeline.core.contracts import Contract, Stored
 from pipeline.core.artifacts import sizes_of
+from pipeline.core.contracts import Contract, Stored
 from pipeline.core.files import files_hash, write_dir, write_file
 from pipeline.core.kinds import kind as job_kind
 from pipeline.plan import Job

@@ -6,6 +6,7 @@ Each sample is wrapped in a chat template (system prompt, user turn, assistant t
 Evaluation prompts can then drop the template, the BOS token, or both, or prepend many earlier
 turns (long context), which is what makes template perturbations mean something.
 """
+
 from __future__ import annotations
 
 import ast
@@ -34,8 +35,9 @@ class Sample:
 
     def conversation(self) -> Conversation:
         """The sample as a conversation: system, user and assistant turns."""
-        return Conversation((Message("system", self.system), Message("user", self.question),
-                             Message("assistant", self.answer)))
+        return Conversation(
+            (Message("system", self.system), Message("user", self.question), Message("assistant", self.answer))
+        )
 
 
 def _system_for(key: str) -> str:
@@ -66,8 +68,10 @@ def function_samples(name: str, source: str) -> list[Sample]:
 
 
 def topic_samples(topics: dict[str, str]) -> list[tuple[str, Sample]]:
-    return [(key, Sample(_system_for(key), f"Explain the Python topic '{key}'.", text.strip()[:MAX_ANSWER_CHARS]))
-            for key, text in sorted(topics.items())]
+    return [
+        (key, Sample(_system_for(key), f"Explain the Python topic '{key}'.", text.strip()[:MAX_ANSWER_CHARS]))
+        for key, text in sorted(topics.items())
+    ]
 
 
 TAGS = {"system": SYSTEM, "user": USER, "assistant": ASSISTANT}

@@ -5,6 +5,7 @@ the turns its way, so "with template" means the format the model was tuned on; t
 tokenizers use specfleet's template (workers/data/chat.py). BOS is never part of the result: each
 caller decides whether the sequence starts with it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,7 +25,7 @@ def turns_text(tokenizer, messages, *, template: bool, generation_prompt: bool) 
         turns = [{"role": m.role, "content": m.content} for m in messages]
         text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=generation_prompt)
         if tokenizer.bos_token and text.startswith(tokenizer.bos_token):
-            text = text[len(tokenizer.bos_token):]
+            text = text[len(tokenizer.bos_token) :]
         return text
     return render_turns(messages, template=template, generation_prompt=generation_prompt)
 
@@ -43,19 +44,25 @@ def assistant_spans(tokenizer, messages) -> tuple[list[int], list[tuple[int, int
     cuts = []
     for i, m in enumerate(messages):
         if m.role == "assistant":
-            cuts.append((turns_text(tokenizer, messages[:i], template=True, generation_prompt=True),
-                         turns_text(tokenizer, messages[: i + 1], template=True, generation_prompt=False)))
+            cuts.append(
+                (
+                    turns_text(tokenizer, messages[:i], template=True, generation_prompt=True),
+                    turns_text(tokenizer, messages[: i + 1], template=True, generation_prompt=False),
+                )
+            )
     whole = turns_text(tokenizer, messages, template=True, generation_prompt=False)
     ids: list[int] = []
     spans = []
     done = 0  # characters of `whole` tokenised so far
     for start_text, end_text in cuts:
         if not (whole.startswith(start_text) and whole.startswith(end_text)) or len(start_text) < done:
-            raise ValueError("the chat template renders earlier turns differently once later turns follow, so the "
-                             "assistant turns cannot be located; use training_data.answers: regenerate")
-        ids += _piece(tokenizer, whole[done: len(start_text)])
+            raise ValueError(
+                "the chat template renders earlier turns differently once later turns follow, so the "
+                "assistant turns cannot be located; use training_data.answers: regenerate"
+            )
+        ids += _piece(tokenizer, whole[done : len(start_text)])
         begin = len(ids)
-        ids += _piece(tokenizer, whole[len(start_text): len(end_text)])
+        ids += _piece(tokenizer, whole[len(start_text) : len(end_text)])
         spans.append((begin, len(ids)))
         done = len(end_text)
     ids += _piece(tokenizer, whole[done:])

@@ -9,11 +9,12 @@ This module knows only the raw corpora. The `chat` corpus (question/answer sampl
 both, in a chat template) lives in workers/data/chat.py, which builds on this one; workers/data/texts.py
 gives every corpus, `chat` included, by name.
 """
+
 from __future__ import annotations
 
 import hashlib
 import sysconfig
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 HELDOUT_PERCENT = 10
@@ -24,7 +25,7 @@ def is_heldout(name: str) -> bool:
     return int(hashlib.sha256(name.encode()).hexdigest(), 16) % 100 < HELDOUT_PERCENT
 
 
-@lru_cache(maxsize=None)
+@cache
 def raw_documents(corpus: str) -> tuple[tuple[str, str], ...]:
     """(name, text) pairs, sorted by name."""
     if corpus == "stdlib":

@@ -5,6 +5,7 @@ without the chat template, with or without BOS, or many earlier turns in front (
 On the plain corpora the prompt is a window of held-out text after BOS. Noise conditions use the default prompts and
 perturb the drafter instead (workers/measure/noise.py).
 """
+
 from __future__ import annotations
 
 import socket
@@ -33,9 +34,18 @@ def prompt_format(condition: str) -> str:
     return "default" if "_noise@" in condition else condition
 
 
-def build_prompts(tokenizer, *, corpus: str, condition: str, num_prompts: int, prompt_len: int,
-                  long_context_len: int, seed: int, answer_prefix: int = 4,
-                  prompts_file: PromptsFile | None = None) -> list[torch.Tensor]:
+def build_prompts(
+    tokenizer,
+    *,
+    corpus: str,
+    condition: str,
+    num_prompts: int,
+    prompt_len: int,
+    long_context_len: int,
+    seed: int,
+    answer_prefix: int = 4,
+    prompts_file: PromptsFile | None = None,
+) -> list[torch.Tensor]:
     """num_prompts 1-D id tensors (lengths may differ) for one condition. A chat prompt ends
     `answer_prefix` tokens into the reference answer (0, or a conversation without one: where the
     assistant's turn begins). With a prompts file, its conversations replace the built-in corpus."""
@@ -50,8 +60,10 @@ def build_prompts(tokenizer, *, corpus: str, condition: str, num_prompts: int, p
     template, bos = FORMATS[fmt]
     if bos and tokenizer.bos_token_id is None:
         raise ValueError(f"condition '{condition}' starts prompts with BOS, but this tokenizer has no BOS token")
-    return [_chat_prompt(tokenizer, pool[i], template=template, bos=bos, max_len=prompt_len, answer_prefix=answer_prefix)
-            for i in chosen]
+    return [
+        _chat_prompt(tokenizer, pool[i], template=template, bos=bos, max_len=prompt_len, answer_prefix=answer_prefix)
+        for i in chosen
+    ]
 
 
 def prompt_categories(prompts_file: PromptsFile | None, num_prompts: int, seed: int) -> tuple[str, ...]:
@@ -75,8 +87,10 @@ def read_prompts_file(prompts_file: PromptsFile) -> tuple[Conversation, ...]:
     """The file's conversations, if it is still the file the spec was checked against (same sha256)."""
     path = Path(prompts_file.path)
     if not path.is_file():
-        raise FileNotFoundError(f"prompts file {path}: not found on node {socket.gethostname()}; every worker "
-                                "must see it at this path (shared storage)")
+        raise FileNotFoundError(
+            f"prompts file {path}: not found on node {socket.gethostname()}; every worker "
+            "must see it at this path (shared storage)"
+        )
     if prompts_file.digest is not None and file_digest(path) != prompts_file.digest:
         raise ValueError(f"prompts file {path}: changed since the spec was read (sha256 differs); run the spec again")
     return tuple(read_conversations(path, prompts_file.category))
@@ -92,8 +106,9 @@ def _ids(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def _chat_prompt(tokenizer, conversation: Conversation, *, template: bool, bos: bool, max_len: int,
-                 answer_prefix: int) -> torch.Tensor:
+def _chat_prompt(
+    tokenizer, conversation: Conversation, *, template: bool, bos: bool, max_len: int, answer_prefix: int
+) -> torch.Tensor:
     """[BOS] + the turns up to the assistant's answer + its first answer_prefix tokens, <= max_len.
     Too long: the earliest turns after the system turn go first, then the end of the last user turn."""
     turns, reference = conversation.prompt_turns()
@@ -105,7 +120,7 @@ def _chat_prompt(tokenizer, conversation: Conversation, *, template: bool, bos: 
 
     head = head_of(turns)
     system = tuple(m for m in turns if m.role == "system")
-    body = turns[len(system):]
+    body = turns[len(system) :]
     while len(head) > room and len(body) > 1:  # drop the oldest exchange: body starts with a user turn again
         body = body[1:]
         while body[0].role != "user":

@@ -11,6 +11,7 @@ taken as written instead (`training_data.answers: as_written`): then nothing is 
 The result is one flat token stream of samples [BOS] + prompt + answer, with `scored` marking
 the positions whose next token is part of an answer: drafters are trained on those only.
 """
+
 from __future__ import annotations
 
 import time
@@ -65,8 +66,10 @@ def written_answers(tokenizer, *, data, seed: int, progress=None) -> tuple[dict[
         if text.size >= data.tokens:
             break
     if not text.starts:
-        raise ValueError(f"training_data.prompts: no conversation of {data.prompts.path} has an assistant turn and "
-                         f"fits in max_prompt_tokens + max_new_tokens = {longest} tokens")
+        raise ValueError(
+            f"training_data.prompts: no conversation of {data.prompts.path} has an assistant turn and "
+            f"fits in max_prompt_tokens + max_new_tokens = {longest} tokens"
+        )
     return text.files(), {**text.metrics(), "skipped_too_long": skipped, "skipped_unanswered": unanswered}
 
 
@@ -95,32 +98,56 @@ class _TextBuilder:
         self.scored += scored
 
     def files(self) -> dict[str, bytes]:
-        tensors = {"ids": torch.tensor(self.ids, dtype=torch.int64), "scored": torch.tensor(self.scored, dtype=torch.bool),
-                   "starts": torch.tensor(self.starts, dtype=torch.int64)}
+        tensors = {
+            "ids": torch.tensor(self.ids, dtype=torch.int64),
+            "scored": torch.tensor(self.scored, dtype=torch.bool),
+            "starts": torch.tensor(self.starts, dtype=torch.int64),
+        }
         return {FILE: safetensors.torch.save(tensors)}
 
     def metrics(self) -> dict:
         n = len(self.starts)
-        return {"samples": n, "tokens": len(self.ids), "answer_tokens": self.answer_tokens,
-                "mean_answer_len": self.answer_tokens / n}
+        return {
+            "samples": n,
+            "tokens": len(self.ids),
+            "answer_tokens": self.answer_tokens,
+            "mean_answer_len": self.answer_tokens / n,
+        }
 
 
 @torch.no_grad()
-def answer_batch(target, prompts: list[list[int]], *, max_new: int, temperature: float, eos: int | None,
-                 pad: int, gen: torch.Generator | None) -> list[list[int]]:
+def answer_batch(
+    target,
+    prompts: list[list[int]],
+    *,
+    max_new: int,
+    temperature: float,
+    eos: int | None,
+    pad: int,
+    gen: torch.Generator | None,
+) -> list[list[int]]:
     """The target's answers to a batch of prompts (each up to and including EOS, or max_new long)."""
     device = next(target.parameters()).device
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for r, p in enumerate(prompts):
-        ids[r, width - len(p):], mask[r, width - len(p):] = torch.tensor(p), 1
-    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 \
+        ids[r, width - len(p) :], mask[r, width - len(p) :] = torch.tensor(p), 1
+    sampling = (
+        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+        if temperature > 0
         else {"do_sample": False}
+    )
     if gen is not None:  # generate() draws from torch's global generator: seed it from ours
         torch.manual_seed(int(torch.randint(2**31, (), generator=gen)))
-    out = target.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new,
-                          eos_token_id=eos, pad_token_id=pad, **sampling)
+    out = target.generate(
+        input_ids=ids.to(device),
+        attention_mask=mask.to(device),
+        max_new_tokens=max_new,
+        eos_token_id=eos,
+        pad_token_id=pad,
+        **sampling,
+    )
     answers = []
     for row in out[:, width:].tolist():
         if eos is not None and eos in row:
@@ -142,17 +169,24 @@ def regenerate(target, tokenizer, *, data, seed: int, progress=None) -> tuple[di
     text = _TextBuilder()
     t0 = time.perf_counter()
     for lo in range(0, len(prompts), data.batch_size):
-        batch = prompts[lo: lo + data.batch_size]
-        for prompt, answer in zip(batch, answer_batch(target, batch, max_new=data.max_new_tokens,
-                                                      temperature=data.temperature, eos=eos, pad=pad, gen=gen)):
+        batch = prompts[lo : lo + data.batch_size]
+        for prompt, answer in zip(
+            batch,
+            answer_batch(
+                target, batch, max_new=data.max_new_tokens, temperature=data.temperature, eos=eos, pad=pad, gen=gen
+            ),
+        ):
             text.add(prompt + answer, [(len(prompt), len(prompt) + len(answer))])
         if progress is not None:
             progress(min(text.size, data.tokens), data.tokens, float("nan"))
         if text.size >= data.tokens:
             break
     seconds = time.perf_counter() - t0
-    return text.files(), {**text.metrics(), "generate_seconds": seconds,
-                          "answer_tokens_per_s": text.answer_tokens / seconds}
+    return text.files(), {
+        **text.metrics(),
+        "generate_seconds": seconds,
+        "answer_tokens_per_s": text.answer_tokens / seconds,
+    }
 
 
 class Text(NamedTuple):
@@ -171,8 +205,10 @@ class Text(NamedTuple):
         n = self.starts.numel()
         held = max(1, round(n * HELDOUT_SHARE))
         if held >= n:
-            raise ValueError(f"regenerated text: {n} sample(s) cannot be split into training and held-out "
-                             "samples; raise training_data.tokens")
+            raise ValueError(
+                f"regenerated text: {n} sample(s) cannot be split into training and held-out "
+                "samples; raise training_data.tokens"
+            )
         cut = int(self.starts[n - held])
         return (0, cut) if split == "train" else (cut, self.ids.numel())
 
@@ -182,8 +218,10 @@ class Text(NamedTuple):
         lo, hi = self.split_bounds(split)
         starts = self.starts[(self.starts >= lo) & (self.starts + seq_len <= hi)]
         if starts.numel() == 0:
-            raise ValueError(f"regenerated text: no {split} sample starts a window of {seq_len} tokens "
-                             f"(the {split} text holds {hi - lo} tokens); lower seq_len or raise training_data.tokens")
+            raise ValueError(
+                f"regenerated text: no {split} sample starts a window of {seq_len} tokens "
+                f"(the {split} text holds {hi - lo} tokens); lower seq_len or raise training_data.tokens"
+            )
         picked = starts[torch.randint(0, starts.numel(), (batch_size,), generator=gen)]
         return picked[:, None] + torch.arange(seq_len)[None, :]
 
@@ -198,8 +236,10 @@ class Text(NamedTuple):
             rows = self.sample_rows(split, batch_size, seq_len, gen)
             if self.scored[rows][:, :-1].any():
                 return rows
-        raise ValueError(f"regenerated text: {tries} batches of {split} windows of {seq_len} tokens held no answer "
-                         "token (the prompts fill the windows, or the answers are empty); raise train.seq_len")
+        raise ValueError(
+            f"regenerated text: {tries} batches of {split} windows of {seq_len} tokens held no answer "
+            "token (the prompts fill the windows, or the answers are empty); raise train.seq_len"
+        )
 
     def lm_batch(self, split: str, batch_size: int, seq_len: int, gen: torch.Generator):
         """(input ids, labels) for next-token training on the answers only (-100 elsewhere)."""

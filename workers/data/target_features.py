@@ -11,6 +11,7 @@ it when it answered.
 `FeatureBatches` then serves training windows: token ids, streams, target logits and the
 positions that carry a loss, without running the target.
 """
+
 from __future__ import annotations
 
 import copy
@@ -19,16 +20,17 @@ import safetensors.torch
 import torch
 
 from pipeline.core.artifacts import folder_of
-from workers.models.features import HeadRows, target_pass
 from workers.data.regenerate import Text
+from workers.models.features import HeadRows, target_pass
 
 FILE = "features.safetensors"
 FP16_MAX = 60000.0  # states stored in float16 unless some value would not fit
 
 
 @torch.no_grad()
-def compute_features(target, text: Text, layers: tuple[int, ...], *, max_tokens: int = 8192,
-                     progress=None) -> tuple[dict[str, bytes], dict]:
+def compute_features(
+    target, text: Text, layers: tuple[int, ...], *, max_tokens: int = 8192, progress=None
+) -> tuple[dict[str, bytes], dict]:
     """Hidden states `layers` and the final state at every position of the text. -> (files, metrics)"""
     ids = text.ids
     final = target.config.num_hidden_layers
@@ -60,8 +62,13 @@ def compute_features(target, text: Text, layers: tuple[int, ...], *, max_tokens:
         if progress is not None:
             progress(bounds[lo - 1][1], ids.numel(), float("nan"))
     tensors = {"states": out.contiguous(), "layers": torch.tensor(wanted, dtype=torch.int64)}
-    metrics = {"tokens": ids.numel(), "samples": len(bounds), "layers": len(wanted), "max_abs": peak,
-               "bytes": out.numel() * out.element_size()}
+    metrics = {
+        "tokens": ids.numel(),
+        "samples": len(bounds),
+        "layers": len(wanted),
+        "max_abs": peak,
+        "bytes": out.numel() * out.element_size(),
+    }
     return {FILE: safetensors.torch.save(tensors)}, metrics
 
 
@@ -88,12 +95,11 @@ class FeatureBatches:
         self.final = layers.index(target.config.num_hidden_layers)
         self.head = HeadRows(target)  # the target's head rows of the vocab asked for
 
-    def heldout(self) -> "FeatureBatches":
+    def heldout(self) -> FeatureBatches:
         """The same states (not a copy), serving windows of the held-out samples."""
         other = copy.copy(self)
         other.split = "heldout"
         return other
-
 
     def sample(self, batch_size: int, seq_len: int, gen: torch.Generator, device, vocab=None):
         """(ids [B, T], streams [B, T, d] float32 each, target logits [B, T, V] float32, loss mask [B, T]).

@@ -2,11 +2,11 @@
 (workers/data/chat.py, built from those two). The one place that knows both, so that chat.py may
 depend on corpus.py and never the other way round.
 """
+
 from __future__ import annotations
 
 from workers.data.chat import chat_documents
-from workers.data.corpus import MAX_CHARS
-from workers.data.corpus import source_documents
+from workers.data.corpus import MAX_CHARS, source_documents
 
 
 def documents(corpus: str, split: str, max_chars: int = MAX_CHARS) -> list[str]:

@@ -3,6 +3,7 @@
 Token ids: 0 = <pad>, 1 = <s> (BOS, the attention sink), 2 = </s> (EOS), then the chat
 template's role markers (workers/data/chat.py), each a single token.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,7 +28,10 @@ def train_tokenizer(corpus: str, vocab_size: int, max_chars: int = 2_000_000) ->
     )
     tok.train_from_iterator(documents(corpus, "train", max_chars=max_chars), trainer=trainer)
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
         additional_special_tokens=CHAT_TOKENS,
     )
 

@@ -11,15 +11,15 @@ Drafters plug in as proposers, one per drafter family (`workers/drafters/<family
 `start(tokens, streams)`, `propose(depth, temperature, gen) -> (drafts, q)`, `accept(emitted,
 streams)`, and for trees `propose_tree` and `accept_tree`. The engine knows nothing else of them.
 """
+
 from __future__ import annotations
 
 import time
 
 import torch
 
-from workers.models.features import cached_forward_states, tree_forward_states
 from workers.decoding.sampling import drafting_temperature, one_hot_q, sample
-from workers.decoding.tree import draw_level
+from workers.models.features import cached_forward_states
 
 
 def residual_sample(p: torch.Tensor, q: torch.Tensor, gen: torch.Generator | None) -> int:
@@ -51,8 +51,18 @@ def accept_drafts(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | Non
 
 
 @torch.no_grad()
-def generate(target, proposer, prompt: torch.Tensor, *, max_new: int, depth: int, temperature: float,
-             gen: torch.Generator | None = None, timing: dict | None = None, draft_sampling: str = "sampled"):
+def generate(
+    target,
+    proposer,
+    prompt: torch.Tensor,
+    *,
+    max_new: int,
+    depth: int,
+    temperature: float,
+    gen: torch.Generator | None = None,
+    timing: dict | None = None,
+    draft_sampling: str = "sampled",
+):
     """Decode max_new tokens after prompt ([1, P]). Returns (tokens, drafts accepted per target pass).
 
     At temperature > 0, `draft_sampling` says how drafts are drawn and verified

@@ -15,6 +15,7 @@ round), the figure specfleet's engine reports. generate() fills every setting le
 the model's own generation config (its EOS, a repetition penalty, ...); while timing, the
 target and the assistant carry a default one, so only the settings given here apply.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -26,8 +27,11 @@ from transformers import GenerationConfig
 from pipeline.core.contracts import HFRun
 from workers.decoding.chain import clock
 
-HF_DEFAULTS = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant",
-               "assistant_confidence_threshold": 0.4}
+HF_DEFAULTS = {
+    "num_assistant_tokens": 20,
+    "num_assistant_tokens_schedule": "constant",
+    "assistant_confidence_threshold": 0.4,
+}
 
 
 @dataclass(frozen=True)
@@ -40,10 +44,14 @@ class HFTiming:
 
 
 def _config(new_tokens: int, temperature: float, pad: int) -> GenerationConfig:
-    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 \
+    sampling = (
+        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+        if temperature > 0
         else {"do_sample": False}
-    return GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=0, eos_token_id=None, pad_token_id=pad,
-                            **sampling)
+    )
+    return GenerationConfig(
+        max_new_tokens=new_tokens, min_new_tokens=0, eos_token_id=None, pad_token_id=pad, **sampling
+    )
 
 
 @contextmanager
@@ -65,14 +73,28 @@ def _decode(target, prompt: torch.Tensor, new_tokens: int, temperature: float, p
     torch.manual_seed(seed)  # generate() samples from torch's global generator
     extra = {"assistant_model": assistant} if assistant is not None else {}
     t0 = clock(prompt.device)
-    out = target.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
-                          generation_config=_config(new_tokens, temperature, pad), **extra)
-    return out[0, prompt.shape[1]:].tolist(), clock(prompt.device) - t0
+    out = target.generate(
+        input_ids=prompt,
+        attention_mask=torch.ones_like(prompt),
+        generation_config=_config(new_tokens, temperature, pad),
+        **extra,
+    )
+    return out[0, prompt.shape[1] :].tolist(), clock(prompt.device) - t0
 
 
-def time_hf(target, prompts: list[torch.Tensor], *, new_tokens: int, temperature: float, pad: int, seed: int,
-            assistant=None, drafts: tuple[int, float] | None = None, reference: list[list[int]] | None = None,
-            warmup: int = 1) -> HFTiming:
+def time_hf(
+    target,
+    prompts: list[torch.Tensor],
+    *,
+    new_tokens: int,
+    temperature: float,
+    pad: int,
+    seed: int,
+    assistant=None,
+    drafts: tuple[int, float] | None = None,
+    reference: list[list[int]] | None = None,
+    warmup: int = 1,
+) -> HFTiming:
     """tokens/s of HF generate; with `assistant`, assisted generation drafting drafts = (tokens a
     round, confidence threshold)."""
     if new_tokens < 3:
@@ -108,8 +130,9 @@ def _with_settings(assistant, num_assistant_tokens: int, threshold: float) -> No
     cfg.assistant_confidence_threshold = threshold
 
 
-def hf_comparison(target, prompts, *, new_tokens: int, temperature: float, pad: int, seed: int, assistant=None,
-                  max_depth: int = 0) -> tuple[HFRun, ...]:
+def hf_comparison(
+    target, prompts, *, new_tokens: int, temperature: float, pad: int, seed: int, assistant=None, max_depth: int = 0
+) -> tuple[HFRun, ...]:
     """Plain HF generate; with a draft model, HF assisted generation at k = 1..max_depth drafts
     (no early stop) and with HF's defaults. Each run's speedup is over plain generate."""
     timing = dict(new_tokens=new_tokens, temperature=temperature, pad=pad, seed=seed)
@@ -117,14 +140,34 @@ def hf_comparison(target, prompts, *, new_tokens: int, temperature: float, pad: 
     settings = []  # (name, drafts a round, confidence threshold)
     if assistant is not None:
         settings = [(f"assisted k={k}", k, 0.0) for k in range(1, max_depth + 1)]
-        settings.append(("assisted (HF defaults)", HF_DEFAULTS["num_assistant_tokens"],
-                         HF_DEFAULTS["assistant_confidence_threshold"]))
+        settings.append(
+            (
+                "assisted (HF defaults)",
+                HF_DEFAULTS["num_assistant_tokens"],
+                HF_DEFAULTS["assistant_confidence_threshold"],
+            )
+        )
     reference = [list(o) for o in plain.outputs]
-    runs = [HFRun(name="generate", num_assistant_tokens=None, confidence_threshold=None,
-                  tokens_per_s=plain.tokens_per_s, speedup=1.0, mismatches=plain.mismatches)]
+    runs = [
+        HFRun(
+            name="generate",
+            num_assistant_tokens=None,
+            confidence_threshold=None,
+            tokens_per_s=plain.tokens_per_s,
+            speedup=1.0,
+            mismatches=plain.mismatches,
+        )
+    ]
     for name, k, threshold in settings:
         t = time_hf(target, prompts, **timing, assistant=assistant, drafts=(k, threshold), reference=reference)
-        runs.append(HFRun(name=name, num_assistant_tokens=k, confidence_threshold=threshold,
-                          tokens_per_s=t.tokens_per_s, speedup=t.tokens_per_s / plain.tokens_per_s,
-                          mismatches=t.mismatches))
+        runs.append(
+            HFRun(
+                name=name,
+                num_assistant_tokens=k,
+                confidence_threshold=threshold,
+                tokens_per_s=t.tokens_per_s,
+                speedup=t.tokens_per_s / plain.tokens_per_s,
+                mismatches=t.mismatches,
+            )
+        )
     return tuple(runs)

@@ -7,6 +7,7 @@ drawn at temperature above 0 (`evaluation.draft_sampling`).
   probability p(x), the correction drawn from p without x. vLLM's default
   (`draft_sample_method: greedy`); equally lossless, usually with fewer drafts kept.
 """
+
 from __future__ import annotations
 
 import torch

@@ -6,6 +6,7 @@ order (pipeline/core/trees.py). Siblings are drawn from their parent's distribut
 order: the top-m at temperature 0 or with greedy drafts, m draws without replacement otherwise
 (the Gumbel top-m trick: perturbed logits sorted give the draws in the order they were made).
 """
+
 from __future__ import annotations
 
 import torch

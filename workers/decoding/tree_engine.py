@@ -12,14 +12,15 @@ p_{i+1} = norm(max(0, p_i - q_i)). When every sibling is rejected, the emitted t
 from the last residual; at a leaf, from p (the bonus token). Top-m siblings are verified as
 one-hot drafts (q_i all on x_i): p_{i+1} is p_i without x_i.
 """
+
 from __future__ import annotations
 
 import torch
 
 from workers.decoding.chain import clock
-from workers.models.features import cached_forward_states, keep_path, tree_forward_states
 from workers.decoding.sampling import drafting_temperature, sample
 from workers.decoding.tree import TreeLayout
+from workers.models.features import cached_forward_states, keep_path, tree_forward_states
 
 
 def choose_child(p: torch.Tensor, q: torch.Tensor | None, drafts: list[int], gen) -> tuple[int | None, int]:
@@ -67,8 +68,18 @@ def walk_tree(logits: torch.Tensor, layout: TreeLayout, tokens: list[int], qs: d
 
 
 @torch.no_grad()
-def generate_tree(target, proposer, prompt: torch.Tensor, *, max_new: int, tree, temperature: float,
-                  gen: torch.Generator | None = None, timing: dict | None = None, draft_sampling: str = "sampled"):
+def generate_tree(
+    target,
+    proposer,
+    prompt: torch.Tensor,
+    *,
+    max_new: int,
+    tree,
+    temperature: float,
+    gen: torch.Generator | None = None,
+    timing: dict | None = None,
+    draft_sampling: str = "sampled",
+):
     """Decode max_new tokens after prompt ([1, P]) drafting `tree` (pipeline/core/trees.py) each round.
     Returns (tokens, drafts accepted per target pass). An empty tree is plain decoding; `timing` as
     in workers/engine.generate."""
@@ -87,8 +98,9 @@ def generate_tree(target, proposer, prompt: torch.Tensor, *, max_new: int, tree,
         tokens, qs = proposer.propose_tree(layout, draft_temp, gen) if layout.n else ([], {})
         past = cache.get_seq_length()
         ids = torch.tensor([[y] + tokens], device=device)
-        logits, cache, streams = tree_forward_states(target, ids, (past + offsets)[None], layout.ancestry, cache,
-                                                     capture)  # the ONE verify pass
+        logits, cache, streams = tree_forward_states(
+            target, ids, (past + offsets)[None], layout.ancestry, cache, capture
+        )  # the ONE verify pass
         path, nxt = walk_tree(logits[0], layout, tokens, qs, temperature, gen)
         if layout.n:
             kept = torch.tensor([0] + path, device=device)

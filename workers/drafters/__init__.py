@@ -1,1 +1,3 @@
-"""Drafter families, one package each (model, training, checkpoints, export, chain drafting, engine proposer); `registry` names them."""
+"""Drafter families, one package each (model, training, checkpoints, export, chain drafting, engine
+proposer); `registry` names them.
+"""

@@ -1,4 +1,5 @@
 """A job's pairing loaded onto a worker: its target, tokenizer, drafter family and drafter."""
+
 from __future__ import annotations
 
 from workers.drafters.registry import family_of

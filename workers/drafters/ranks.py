@@ -1,4 +1,5 @@
 """Where the target's own token ranks among a drafter's guesses: what tree shapes are chosen from."""
+
 from __future__ import annotations
 
 import torch

@@ -14,6 +14,7 @@ job registry, pipeline/core/kinds.py, reads it on the driver without torch):
 Adding a family is one package and one line here (and its spec section in
 pipeline/core/settings.py).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -35,10 +36,10 @@ class FamilyEntry:
 
 
 FAMILIES: dict[str, FamilyEntry] = {
-    "eagle3": FamilyEntry("workers.drafters.eagle3.family:Eagle3Family",
-                          "workers.drafters.eagle3.train:train_eagle3"),
-    "standalone": FamilyEntry("workers.drafters.standalone.family:StandaloneFamily",
-                              "workers.drafters.standalone.train:train_standalone"),
+    "eagle3": FamilyEntry("workers.drafters.eagle3.family:Eagle3Family", "workers.drafters.eagle3.train:train_eagle3"),
+    "standalone": FamilyEntry(
+        "workers.drafters.standalone.family:StandaloneFamily", "workers.drafters.standalone.train:train_standalone"
+    ),
 }
 
 

@@ -1,18 +1,25 @@
 """measure_curve: acceptance versus depth (and drift diagnostics) under every evaluation condition."""
+
 from __future__ import annotations
 
 from pipeline.core.contracts import DiagnosticValue, MeasureCurveConfig, Measured
-from workers.runtime.device import pick_device
+from workers.data.prompts import prompt_categories
 from workers.drafters.pairing import load_pairing
 from workers.measure.curves import measure_curves
-from workers.data.prompts import prompt_categories
+from workers.runtime.device import pick_device
 
 
 def run(config: MeasureCurveConfig, inputs: dict, *, num_gpus: float, progress) -> Measured:
     device = pick_device(num_gpus)
     target, tokenizer, family, drafter = load_pairing(config.target, config.drafter, inputs, device)
-    results = measure_curves(target=target, drafter=drafter, family=family, tokenizer=tokenizer,
-                             evaluation=config.evaluation, seed=config.seed)
+    results = measure_curves(
+        target=target,
+        drafter=drafter,
+        family=family,
+        tokenizer=tokenizer,
+        evaluation=config.evaluation,
+        seed=config.seed,
+    )
     return Measured(
         curves=tuple(curve for curve, *_ in results),
         per_prompt=tuple(prompts for _, _, prompts, *_ in results),
@@ -20,8 +27,11 @@ def run(config: MeasureCurveConfig, inputs: dict, *, num_gpus: float, progress) 
         rank_paths=tuple(paths for *_, paths in results),
         rank_topk=config.evaluation.tree_topk,
         diagnostics=tuple(
-            DiagnosticValue(condition=curve.condition, temperature=curve.temperature, depth=depth, name=name,
-                            value=value)
-            for curve, rows, *_ in results for depth, name, value in rows),
+            DiagnosticValue(
+                condition=curve.condition, temperature=curve.temperature, depth=depth, name=name, value=value
+            )
+            for curve, rows, *_ in results
+            for depth, name, value in rows
+        ),
         categories=prompt_categories(config.evaluation.prompts, config.evaluation.num_prompts, config.seed),
     )

@@ -1,17 +1,27 @@
 """profile_cost: drafter step, target passes and whole engine iterations, timed on this worker."""
+
 from __future__ import annotations
 
 from pipeline.core.contracts import ProfileCostConfig, Profiled
+from workers.drafters.pairing import load_pairing
 from workers.measure.cost import profile_cost
 from workers.runtime.device import pick_device
-from workers.drafters.pairing import load_pairing
 
 
 def run(config: ProfileCostConfig, inputs: dict, *, num_gpus: float, progress) -> Profiled:
     device = pick_device(num_gpus)
     target, _, family, drafter = load_pairing(config.target, config.drafter, inputs, device)
     c = config.cost
-    cost = profile_cost(target=target, drafter=drafter, family=family, context_len=c.context_len,
-                        max_depth=config.max_depth, warmup=c.warmup, repeats=c.repeats, seed=config.seed,
-                        batch_sizes=tuple(c.batch_sizes), tree_budget=c.tree_budget)
+    cost = profile_cost(
+        target=target,
+        drafter=drafter,
+        family=family,
+        context_len=c.context_len,
+        max_depth=config.max_depth,
+        warmup=c.warmup,
+        repeats=c.repeats,
+        seed=config.seed,
+        batch_sizes=tuple(c.batch_sizes),
+        tree_budget=c.tree_budget,
+    )
     return Profiled(cost=cost)

@@ -1,10 +1,11 @@
 """regenerate: the target answers the training questions; its drafters train on that text."""
+
 from __future__ import annotations
 
 from pipeline.core.contracts import Dataset, RegenerateConfig
-from workers.runtime.device import pick_device
-from workers.models.loading import load_target
 from workers.data.regenerate import regenerate
+from workers.models.loading import load_target
+from workers.runtime.device import pick_device
 
 
 def run(config: RegenerateConfig, inputs: dict, *, num_gpus: float, progress) -> Dataset:

@@ -1,4 +1,5 @@
 """The entry point of every job on a worker: set up torch, run the kind's function, collect losses."""
+
 from __future__ import annotations
 
 import shutil
@@ -13,8 +14,17 @@ from pipeline.core.kinds import resolve
 from workers.runtime.environment import differences, worker_env
 
 
-def run_job(kind: str, config: JobConfig, inputs: dict, *, num_cpus: float, num_gpus: float, progress=None,
-            checkpoints: str | None = None, job_hash: str | None = None):
+def run_job(
+    kind: str,
+    config: JobConfig,
+    inputs: dict,
+    *,
+    num_cpus: float,
+    num_gpus: float,
+    progress=None,
+    checkpoints: str | None = None,
+    job_hash: str | None = None,
+):
     """Run one job: `config` is the kind's typed config, `inputs` its inputs' typed results.
 
     Returns the kind's typed result; a training job's losses come back as history["train_loss"].
@@ -31,9 +41,11 @@ def run_job(kind: str, config: JobConfig, inputs: dict, *, num_cpus: float, num_
     planned = getattr(config, "worker", None)  # a timing job: only where it was planned for
     here = worker_env(num_gpus) if planned is not None else None
     if here != planned:
-        raise RuntimeError(f"{kind} was planned for another kind of worker than it landed on "
-                           f"({differences(planned, here)}): its timings would be stored for hardware "
-                           f"they were not taken on; pin resources.{kind}.accelerator_type to one GPU model")
+        raise RuntimeError(
+            f"{kind} was planned for another kind of worker than it landed on "
+            f"({differences(planned, here)}): its timings would be stored for hardware "
+            f"they were not taken on; pin resources.{kind}.accelerator_type to one GPU model"
+        )
     torch.set_num_threads(max(1, int(num_cpus)))
     torch.manual_seed(config.seed)
     history: list[tuple[int, float]] = []

@@ -1,9 +1,10 @@
 """train_target: a tiny built-in Llama target, trained in-process on a built-in corpus."""
+
 from __future__ import annotations
 
 from pipeline.core.contracts import Trained, TrainTargetConfig
-from workers.runtime.device import pick_device
 from workers.models.target import train_builtin_target
+from workers.runtime.device import pick_device
 
 
 def run(config: TrainTargetConfig, inputs: dict, *, num_gpus: float, progress) -> Trained:

@@ -1,1 +1,3 @@
-"""Measurement on a worker: acceptance curves with drift diagnostics, costs, and the real engine timed at every depth."""
+"""Measurement on a worker: acceptance curves with drift diagnostics, costs, and the real engine
+timed at every depth.
+"""

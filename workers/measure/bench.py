@@ -9,6 +9,7 @@
 Target passes are counted, and timed, by hooks on the target module: every pass of specfleet's
 engine, curve and trainer goes through it, whatever the entry point.
 """
+
 from __future__ import annotations
 
 import time
@@ -16,9 +17,9 @@ from contextlib import contextmanager
 
 import torch
 
+from workers.data.prompts import build_prompts
 from workers.decoding.chain import clock, generate
 from workers.measure.curves import measure_curves
-from workers.data.prompts import build_prompts
 from workers.measure.speedup import time_decoders
 
 
@@ -38,8 +39,10 @@ def target_passes(target):
         stats["tokens"] += int(ids.numel()) if ids is not None else 0
         stats["seconds"] += clock(device) - started.pop()
 
-    hooks = [target.register_forward_pre_hook(before, with_kwargs=True),
-             target.register_forward_hook(after, with_kwargs=True)]
+    hooks = [
+        target.register_forward_pre_hook(before, with_kwargs=True),
+        target.register_forward_hook(after, with_kwargs=True),
+    ]
     try:
         yield stats
     finally:
@@ -56,15 +59,31 @@ def curve_cost(*, target, drafter, family, tokenizer, evaluation, pass_ms, seed:
     depth, positions = ev.max_depth, ev.num_prompts * ev.continuation_len
     with target_passes(target) as counted, torch.no_grad():
         t0 = time.perf_counter()
-        (curve, *_), = measure_curves(target=target, drafter=drafter, family=family, tokenizer=tokenizer,
-                                      evaluation=ev, seed=seed)
+        ((curve, *_),) = measure_curves(
+            target=target, drafter=drafter, family=family, tokenizer=tokenizer, evaluation=ev, seed=seed
+        )
         curve_s = time.perf_counter() - t0
-    out = {"positions": positions, "max_depth": depth,
-           "curve": {"seconds": curve_s, "target_passes": counted["passes"], "target_tokens": counted["tokens"],
-                     "accept_len": list(curve.accept_len)}}
-    prompts = build_prompts(tokenizer, corpus=ev.corpus, condition=ev.conditions[0], num_prompts=ev.num_prompts,
-                            prompt_len=ev.prompt_len, long_context_len=ev.long_context_len, seed=seed,
-                            answer_prefix=ev.answer_prefix, prompts_file=ev.prompts)
+    out = {
+        "positions": positions,
+        "max_depth": depth,
+        "curve": {
+            "seconds": curve_s,
+            "target_passes": counted["passes"],
+            "target_tokens": counted["tokens"],
+            "accept_len": list(curve.accept_len),
+        },
+    }
+    prompts = build_prompts(
+        tokenizer,
+        corpus=ev.corpus,
+        condition=ev.conditions[0],
+        num_prompts=ev.num_prompts,
+        prompt_len=ev.prompt_len,
+        long_context_len=ev.long_context_len,
+        seed=seed,
+        answer_prefix=ev.answer_prefix,
+        prompts_file=ev.prompts,
+    )
     proposer = family.proposer(drafter)
     passes, wall = [0] * (depth + 1), [0.0] * (depth + 1)
 
@@ -72,23 +91,39 @@ def curve_cost(*, target, drafter, family, tokenizer, evaluation, pass_ms, seed:
         def decode(prompt, max_new, gen, timing):
             t0 = time.perf_counter()  # the whole decode, the prompt's pass included, as the curve is timed
             with target_passes(target) as mine:
-                tokens = generate(target, proposer, prompt, max_new=max_new, depth=k, temperature=0.0, gen=gen,
-                                  timing=timing)[0]
+                tokens = generate(
+                    target, proposer, prompt, max_new=max_new, depth=k, temperature=0.0, gen=gen, timing=timing
+                )[0]
             passes[k] += mine["passes"]
             wall[k] += time.perf_counter() - t0
             return tokens
+
         return decode
 
     with torch.no_grad():
         t0 = time.perf_counter()
-        timed = time_decoders([at_depth(k) for k in range(depth + 1)], prompts, next(target.parameters()).device,
-                              new_tokens=ev.continuation_len, repeats=1, warmup_prompts=0, temperature=0.0, seed=seed)
+        timed = time_decoders(
+            [at_depth(k) for k in range(depth + 1)],
+            prompts,
+            next(target.parameters()).device,
+            new_tokens=ev.continuation_len,
+            repeats=1,
+            warmup_prompts=0,
+            temperature=0.0,
+            seed=seed,
+        )
         sweep_s = time.perf_counter() - t0
     # seconds: wall time of the decodes at k = 1..K, prompts' passes included (the curve's seconds are too)
-    out["sweep"] = {"seconds_by_depth": wall, "target_passes_by_depth": passes,
-                    "accept_len": timed["accept_len"], "tokens_per_s": timed["tokens_per_s"],
-                    "seconds": sum(wall[1:]), "target_passes": sum(passes[1:]),
-                    "seconds_all_depths": sweep_s, "greedy_mismatches": timed["greedy_mismatches"]}
+    out["sweep"] = {
+        "seconds_by_depth": wall,
+        "target_passes_by_depth": passes,
+        "accept_len": timed["accept_len"],
+        "tokens_per_s": timed["tokens_per_s"],
+        "seconds": sum(wall[1:]),
+        "target_passes": sum(passes[1:]),
+        "seconds_all_depths": sweep_s,
+        "greedy_mismatches": timed["greedy_mismatches"],
+    }
     # one depth-K engine iteration (K drafter steps and one target pass) per position, at batch size 1,
     # as the cost profile timed it: the fewest passes any per-position method needs
     out["lower_bound"] = {"target_passes": positions, "seconds": positions * pass_ms[depth] / 1000.0}
@@ -108,14 +143,30 @@ def training_speed(*, target, tokenizer, spec, data, features, ttt_depths, steps
             train = spec.train.model_copy(update={"ttt_depth": ttt, "steps": steps, "corpus": source})
             at_end: dict = {}
             with target_passes(target) as counted:
+
                 def progress(step, total, loss, counted=counted, at_end=at_end):
                     if step == total:  # the loop's last step: validation passes after it are not training
                         at_end.update(counted)
-                _, metrics = train_eagle3(target=target, tokenizer=tokenizer, spec=spec.model_copy(update={"train": train}),
-                                          seed=seed, device=device, progress=progress, data=data, features=features)
+
+                _, metrics = train_eagle3(
+                    target=target,
+                    tokenizer=tokenizer,
+                    spec=spec.model_copy(update={"train": train}),
+                    seed=seed,
+                    device=device,
+                    progress=progress,
+                    data=data,
+                    features=features,
+                )
             seconds = metrics["train_seconds"]
-            rows.append({"ttt_depth": ttt, "features": "cached" if source == "regenerated" else f"target pass ({source})",
-                         "tokens_per_s": metrics["tokens_seen"] / seconds, "seconds": seconds,
-                         "target_forward_share": at_end.get("seconds", 0.0) / seconds,
-                         "target_passes": at_end.get("passes", 0)})
+            rows.append(
+                {
+                    "ttt_depth": ttt,
+                    "features": "cached" if source == "regenerated" else f"target pass ({source})",
+                    "tokens_per_s": metrics["tokens_seen"] / seconds,
+                    "seconds": seconds,
+                    "target_forward_share": at_end.get("seconds", 0.0) / seconds,
+                    "target_passes": at_end.get("passes", 0),
+                }
+            )
     return rows

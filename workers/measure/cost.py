@@ -3,6 +3,7 @@
 All three are timed against a cached context of `context_len` tokens (the KV cache is built
 once and cropped back after every timed call), warm-up calls excluded, median of repeats.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -11,8 +12,8 @@ import time
 import torch
 
 from pipeline.core.types import CostProfile
-from workers.runtime.device import hardware_id
 from workers.models.features import cached_forward_states, tree_forward_states
+from workers.runtime.device import hardware_id
 
 
 def _interleaved_medians(fns: dict, *, warmup: int, repeats: int, device: torch.device) -> dict[str, float]:
@@ -38,8 +39,19 @@ def _interleaved_medians(fns: dict, *, warmup: int, repeats: int, device: torch.
 
 
 @torch.no_grad()
-def profile_cost(*, target, drafter, family, context_len: int, max_depth: int, warmup: int, repeats: int,
-                 seed: int, batch_sizes: tuple[int, ...] = (1,), tree_budget: int = 0) -> CostProfile:
+def profile_cost(
+    *,
+    target,
+    drafter,
+    family,
+    context_len: int,
+    max_depth: int,
+    warmup: int,
+    repeats: int,
+    seed: int,
+    batch_sizes: tuple[int, ...] = (1,),
+    tree_budget: int = 0,
+) -> CostProfile:
     """Per batch size B: one drafter step, and target passes over k+1 new tokens for k = 0..max_depth
     (k = 0 is plain decoding), each for B sequences against a cached context of context_len.
     With a tree budget, also the target over m = 1..max(tree_budget, max_depth) + 1 new tokens under
@@ -51,23 +63,37 @@ def profile_cost(*, target, drafter, family, context_len: int, max_depth: int, w
     dtype = next(target.parameters()).dtype
     draft_by_b, verify_by_b, tree_verify, tree_draft = [], [], [], []
     for b in batch_sizes:
-        ms = _profile_batch(target, drafter, family, b, context_len, max_depth, warmup, repeats, seed, device,
-                            tree_budget)
+        ms = _profile_batch(
+            target, drafter, family, b, context_len, max_depth, warmup, repeats, seed, device, tree_budget
+        )
         draft_by_b.append(ms.pop("draft_ms"))
         verify_by_b.append(tuple(ms[f"verify_{k}"] for k in range(max_depth + 1)))
         if tree_budget:
-            tree_verify.append(filled({m: ms[f"tree_verify_{m}"] for m in timed_sizes(max(tree_budget, max_depth) + 1)}))
+            tree_verify.append(
+                filled({m: ms[f"tree_verify_{m}"] for m in timed_sizes(max(tree_budget, max_depth) + 1)})
+            )
             tree_draft.append(filled({w: ms[f"tree_draft_{w}"] for w in timed_sizes(tree_budget)}))
     one = list(batch_sizes).index(1)
-    passes = engine_pass_ms(target, family.proposer(drafter), context_len, max_depth, warmup, repeats, seed,
-                            device)
-    tree_passes = engine_pass_ms(target, family.proposer(drafter), context_len, max_depth, warmup, repeats, seed,
-                                 device, trees=True) if tree_budget else []
+    passes = engine_pass_ms(target, family.proposer(drafter), context_len, max_depth, warmup, repeats, seed, device)
+    tree_passes = (
+        engine_pass_ms(
+            target, family.proposer(drafter), context_len, max_depth, warmup, repeats, seed, device, trees=True
+        )
+        if tree_budget
+        else []
+    )
     return CostProfile(
-        hardware=hardware_id(device, dtype), draft_ms=draft_by_b[one], decode_ms=verify_by_b[one][0],
-        verify_ms=verify_by_b[one][-1], batch_sizes=tuple(batch_sizes), draft_ms_by_batch=tuple(draft_by_b),
-        verify_ms_by_batch=tuple(verify_by_b), pass_ms=tuple(passes), tree_verify_ms_by_batch=tuple(tree_verify),
-        tree_draft_ms_by_batch=tuple(tree_draft), tree_pass_ms=tuple(tree_passes),
+        hardware=hardware_id(device, dtype),
+        draft_ms=draft_by_b[one],
+        decode_ms=verify_by_b[one][0],
+        verify_ms=verify_by_b[one][-1],
+        batch_sizes=tuple(batch_sizes),
+        draft_ms_by_batch=tuple(draft_by_b),
+        verify_ms_by_batch=tuple(verify_by_b),
+        pass_ms=tuple(passes),
+        tree_verify_ms_by_batch=tuple(tree_verify),
+        tree_draft_ms_by_batch=tuple(tree_draft),
+        tree_pass_ms=tuple(tree_passes),
     )
 
 
@@ -100,8 +126,17 @@ def filled(times: dict[int, float]) -> tuple[float, ...]:
 PASSES_PER_CALL = 4
 
 
-def engine_pass_ms(target, proposer, context_len: int, max_depth: int, warmup: int, repeats: int, seed: int,
-                   device, trees: bool = False) -> list[float]:
+def engine_pass_ms(
+    target,
+    proposer,
+    context_len: int,
+    max_depth: int,
+    warmup: int,
+    repeats: int,
+    seed: int,
+    device,
+    trees: bool = False,
+) -> list[float]:
     """Milliseconds of one iteration of the real engine at batch size 1, for k = 0..max_depth; with
     `trees`, of the tree engine drafting the chain of k as a tree (workers/decoding/tree_engine.py).
 
@@ -116,8 +151,9 @@ def engine_pass_ms(target, proposer, context_len: int, max_depth: int, warmup: i
 
     def run(k: int, timing: dict):
         if trees:
-            generate_tree(target, proposer, ctx, max_new=PASSES_PER_CALL + 1, tree=chain_tree(k), temperature=0.0,
-                          timing=timing)
+            generate_tree(
+                target, proposer, ctx, max_new=PASSES_PER_CALL + 1, tree=chain_tree(k), temperature=0.0, timing=timing
+            )
         else:
             generate(target, proposer, ctx, max_new=PASSES_PER_CALL + 1, depth=k, temperature=0.0, timing=timing)
 
@@ -133,8 +169,9 @@ def engine_pass_ms(target, proposer, context_len: int, max_depth: int, warmup: i
     return [statistics.median(s) for s in samples]
 
 
-def _profile_batch(target, drafter, family, batch: int, context_len, max_depth, warmup, repeats, seed, device,
-                   tree_budget: int = 0):
+def _profile_batch(
+    target, drafter, family, batch: int, context_len, max_depth, warmup, repeats, seed, device, tree_budget: int = 0
+):
     vocab = target.get_output_embeddings().weight.shape[0]
     gen = torch.Generator().manual_seed(seed)
     ctx = torch.randint(3, vocab, (batch, context_len), generator=gen).to(device)  # [B, L]
@@ -162,6 +199,10 @@ def _profile_batch(target, drafter, family, batch: int, context_len, max_depth, 
     calls.update({f"verify_{k}": target_call(k + 1) for k in range(max_depth + 1)})
     if tree_budget:
         calls.update({f"tree_verify_{m}": tree_call(m) for m in timed_sizes(max(tree_budget, max_depth) + 1)})
-        calls.update({f"tree_draft_{w}": run for w, run in
-                      family.level_timers(drafter, target, ctx, context_len, timed_sizes(tree_budget)).items()})
+        calls.update(
+            {
+                f"tree_draft_{w}": run
+                for w, run in family.level_timers(drafter, target, ctx, context_len, timed_sizes(tree_budget)).items()
+            }
+        )
     return _interleaved_medians(calls, warmup=warmup, repeats=repeats, device=device)

@@ -7,6 +7,7 @@ prefix + drafts scores all of them, which gives accept_len(k) for every k <= max
 Each evaluation condition (prompt format or drafter noise) and temperature gives one curve;
 EAGLE drafters also yield drift diagnostics from the same drafting passes.
 """
+
 from __future__ import annotations
 
 import copy
@@ -16,10 +17,10 @@ import torch
 
 from pipeline.core.acceptance import curve_from_accepted, curve_from_sampled, decode_walk, walk_accept_len
 from pipeline.core.trees import rank_path
-from workers.models.features import cached_forward_states, extend_logits
-from workers.measure.noise import Noise, parse_noise
 from workers.data.prompts import build_prompts
 from workers.decoding.sampling import drafting_temperature, one_hot_q, sample
+from workers.measure.noise import Noise, parse_noise
+from workers.models.features import cached_forward_states, extend_logits
 
 
 @torch.no_grad()
@@ -35,8 +36,9 @@ def continue_text(target, ids: torch.Tensor, n_new: int, temperature: float, gen
 
 
 @torch.no_grad()
-def verify_chains(target, seq: torch.Tensor, starts: list[int], drafts: torch.Tensor, max_tokens: int = 16384,
-                  max_logits: int = 2**28):
+def verify_chains(
+    target, seq: torch.Tensor, starts: list[int], drafts: torch.Tensor, max_tokens: int = 16384, max_logits: int = 2**28
+):
     """ONE target pass per chain over seq[:c+2] + its drafts. seq: [1, L], drafts: [N, depth].
 
     Every chain's row begins with seq[:starts[0] + 1] (the prompt, at least): that prefix is run
@@ -56,16 +58,19 @@ def verify_chains(target, seq: torch.Tensor, starts: list[int], drafts: torch.Te
     lo = 0
     while lo < len(starts):
         hi = lo + 1  # chains in one batch: their rows (prefix included) within max_tokens
-        while hi < len(starts) and (hi - lo + 1) * (starts[hi] + 2 + depth) <= max_tokens \
-                and (hi - lo + 1) * (starts[hi] + 2 + depth - base) * vocab <= max_logits:
+        while (
+            hi < len(starts)
+            and (hi - lo + 1) * (starts[hi] + 2 + depth) <= max_tokens
+            and (hi - lo + 1) * (starts[hi] + 2 + depth - base) * vocab <= max_logits
+        ):
             hi += 1
-        rows = [torch.cat([seq[0, base: starts[n] + 2], drafts[n]]) for n in range(lo, hi)]
+        rows = [torch.cat([seq[0, base : starts[n] + 2], drafts[n]]) for n in range(lo, hi)]
         width = max(r.numel() for r in rows)
         ids = torch.zeros(hi - lo, width, dtype=torch.long, device=seq.device)
         mask = torch.zeros(hi - lo, base + width, dtype=torch.long, device=seq.device)
         mask[:, :base] = 1
         for r, row in enumerate(rows):
-            ids[r, : row.numel()], mask[r, base: base + row.numel()] = row, 1
+            ids[r, : row.numel()], mask[r, base : base + row.numel()] = row, 1
         cache = copy.deepcopy(prefix)
         cache.batch_repeat_interleave(hi - lo)
         positions = torch.arange(base, base + width, device=seq.device).expand(hi - lo, -1)
@@ -82,14 +87,21 @@ def measure_curves(*, target, drafter, family, tokenizer, evaluation, seed: int)
     """One (Curve, diagnostics rows, per-prompt survival sums, per-prompt decode walks, per-prompt rank
     paths) per (condition, temperature). A rank path (pipeline/core/trees.py) holds, for one chain
     start, the rank of the target's own token in the drafter's proposals at each step, up to the
-    first past evaluation.tree_topk; none when tree_topk is 0. `family` (workers/drafters/registry.py) drafts the chains of `drafter`; `evaluation` is the
-    spec's evaluation section."""
+    first past evaluation.tree_topk; none when tree_topk is 0. `family` (workers/drafters/registry.py)
+    drafts the chains of `drafter`; `evaluation` is the spec's evaluation section."""
     results = []
     for condition in evaluation.conditions:
-        prompts = build_prompts(tokenizer, corpus=evaluation.corpus, condition=condition,
-                                num_prompts=evaluation.num_prompts, prompt_len=evaluation.prompt_len,
-                                long_context_len=evaluation.long_context_len, seed=seed,
-                                answer_prefix=evaluation.answer_prefix, prompts_file=evaluation.prompts)
+        prompts = build_prompts(
+            tokenizer,
+            corpus=evaluation.corpus,
+            condition=condition,
+            num_prompts=evaluation.num_prompts,
+            prompt_len=evaluation.prompt_len,
+            long_context_len=evaluation.long_context_len,
+            seed=seed,
+            answer_prefix=evaluation.answer_prefix,
+            prompts_file=evaluation.prompts,
+        )
         for temp in evaluation.temperatures:
             gen = torch.Generator().manual_seed(seed)
             chains = family.chains(drafter, target, evaluation.max_depth)

@@ -10,6 +10,7 @@ attn_entropy[k] head-averaged entropy of the attention distribution (nats).
 Per curve (depth 0): RMS of each captured target stream (rms_low/rms_mid/rms_high or rms_last)
 and of the fused drafter input (rms_fused).
 """
+
 from __future__ import annotations
 
 import torch

@@ -4,6 +4,7 @@
 to the next step); `embedding_noise@a` perturbs the token embeddings. rms is the RMS of the
 vector being perturbed, so `a` is a relative noise level.
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,12 +1,14 @@
 """Validation against reality: the real speculative engine timed at every depth k = 0..max_depth.
 
-Held-out prompts that the acceptance curve did not use are decoded at every k (k = 0 is plain decoding, the baseline), with
-the depths rotated from prompt to prompt so that drifts in machine speed hit every depth alike.
+Held-out prompts that the acceptance curve did not use are decoded at every k (k = 0 is plain
+decoding, the baseline), with the depths rotated from prompt to prompt so that drifts in machine
+speed hit every depth alike.
 Only the decoding after the prompt's pass is timed: the prefill is the same work at every k.
 Tokens/s at k = the engine's tokens per target pass (pooled over every pass, as acceptance is)
 over the median time of one pass (over every decode at k): a burst of load from a neighbour
 on the machine then shifts no depth's figure, while acceptance stays exact.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -14,22 +16,38 @@ import statistics
 import torch
 
 from pipeline.core.verdict import EngineBenchmark
-from workers.decoding.chain import generate
 from workers.data.prompts import build_prompts
+from workers.decoding.chain import generate
 
 
 def validation_prompts(tokenizer, evaluation, validation, seed: int) -> list[torch.Tensor]:
     """Held-out prompts of the primary condition that the acceptance curve never saw: the curve's
     draw, continued."""
     seen = evaluation.num_prompts
-    return build_prompts(tokenizer, corpus=evaluation.corpus, condition=evaluation.conditions[0],
-                         num_prompts=seen + validation.num_prompts, prompt_len=evaluation.prompt_len,
-                         long_context_len=evaluation.long_context_len, seed=seed,
-                         answer_prefix=evaluation.answer_prefix, prompts_file=evaluation.prompts)[seen:]
+    return build_prompts(
+        tokenizer,
+        corpus=evaluation.corpus,
+        condition=evaluation.conditions[0],
+        num_prompts=seen + validation.num_prompts,
+        prompt_len=evaluation.prompt_len,
+        long_context_len=evaluation.long_context_len,
+        seed=seed,
+        answer_prefix=evaluation.answer_prefix,
+        prompts_file=evaluation.prompts,
+    )[seen:]
 
 
-def time_decoders(decoders: list, prompts: list[torch.Tensor], device, *, new_tokens: int, repeats: int,
-                  warmup_prompts: int, temperature: float, seed: int) -> dict:
+def time_decoders(
+    decoders: list,
+    prompts: list[torch.Tensor],
+    device,
+    *,
+    new_tokens: int,
+    repeats: int,
+    warmup_prompts: int,
+    temperature: float,
+    seed: int,
+) -> dict:
     """Time decoders side by side on the same prompts: each is `fn(prompt [1, P], max_new, gen, timing)`
     returning the tokens (workers/engine.generate's timing). The order is rotated from prompt to
     prompt. Returns lists aligned with `decoders`: tokens_per_s (tokens per pass pooled over every
@@ -46,7 +64,7 @@ def time_decoders(decoders: list, prompts: list[torch.Tensor], device, *, new_to
     for _ in range(repeats):
         for i, prompt in enumerate(prompts):
             outs = {}
-            for d in [*range(n)][i % n:] + [*range(n)][: i % n]:
+            for d in [*range(n)][i % n :] + [*range(n)][: i % n]:
                 timing: dict = {}
                 outs[d] = decoders[d](prompt[None].to(device), new_tokens, gen, timing)
                 pass_s[d].append(timing["decode_s"] / timing["passes"])
@@ -56,8 +74,13 @@ def time_decoders(decoders: list, prompts: list[torch.Tensor], device, *, new_to
             if temperature == 0 and any(outs[d] != outs[0] for d in range(n)):
                 mismatches += 1
     accept_len = [t / p for t, p in zip(tokens, passes)]
-    return {"tokens_per_s": [a / statistics.median(s) for a, s in zip(accept_len, pass_s)], "accept_len": accept_len,
-            "tokens": tokens, "seconds": seconds, "greedy_mismatches": mismatches}
+    return {
+        "tokens_per_s": [a / statistics.median(s) for a, s in zip(accept_len, pass_s)],
+        "accept_len": accept_len,
+        "tokens": tokens,
+        "seconds": seconds,
+        "greedy_mismatches": mismatches,
+    }
 
 
 def engine_speedups(*, target, proposer, tokenizer, evaluation, validation, seed: int) -> EngineBenchmark:
@@ -72,16 +95,35 @@ def engine_speedups(*, target, proposer, tokenizer, evaluation, validation, seed
 
     def at_depth(k):
         return lambda prompt, max_new, gen, timing: generate(
-            target, proposer, prompt, max_new=max_new, depth=k, temperature=temperature, gen=gen, timing=timing,
-            draft_sampling=evaluation.draft_sampling)[0]
+            target,
+            proposer,
+            prompt,
+            max_new=max_new,
+            depth=k,
+            temperature=temperature,
+            gen=gen,
+            timing=timing,
+            draft_sampling=evaluation.draft_sampling,
+        )[0]
 
-    timed = time_decoders([at_depth(k) for k in range(evaluation.max_depth + 1)],
-                          validation_prompts(tokenizer, evaluation, validation, seed), next(target.parameters()).device,
-                          new_tokens=validation.new_tokens or evaluation.continuation_len, repeats=validation.repeats,
-                          warmup_prompts=validation.warmup_prompts, temperature=temperature, seed=seed)
+    timed = time_decoders(
+        [at_depth(k) for k in range(evaluation.max_depth + 1)],
+        validation_prompts(tokenizer, evaluation, validation, seed),
+        next(target.parameters()).device,
+        new_tokens=validation.new_tokens or evaluation.continuation_len,
+        repeats=validation.repeats,
+        warmup_prompts=validation.warmup_prompts,
+        temperature=temperature,
+        seed=seed,
+    )
     tps = timed["tokens_per_s"]
     return EngineBenchmark(
-        condition=condition, temperature=temperature, tokens_per_s=tuple(tps),
-        measured_speedup=tuple(t / tps[0] for t in tps), engine_accept_len=tuple(timed["accept_len"]),
-        greedy_mismatches=timed["greedy_mismatches"], tokens=tuple(timed["tokens"]), seconds=tuple(timed["seconds"]),
+        condition=condition,
+        temperature=temperature,
+        tokens_per_s=tuple(tps),
+        measured_speedup=tuple(t / tps[0] for t in tps),
+        engine_accept_len=tuple(timed["accept_len"]),
+        greedy_mismatches=timed["greedy_mismatches"],
+        tokens=tuple(timed["tokens"]),
+        seconds=tuple(timed["seconds"]),
     )

@@ -4,11 +4,12 @@ its chosen depth and plain decoding, timed side by side on the held-out prompts.
 Trees draft the drafter's top-k siblings (verified one-hot at temperature above 0), which is what
 their choice predicted; the chain drafts as the curve did (evaluation.draft_sampling).
 """
+
 from __future__ import annotations
 
 from workers.decoding.chain import generate
-from workers.measure.speedup import time_decoders, validation_prompts
 from workers.decoding.tree_engine import generate_tree
+from workers.measure.speedup import time_decoders, validation_prompts
 
 
 def tree_benchmark(*, target, proposer, tokenizer, evaluation, validation, seed: int, trees, chain_depth: int) -> dict:
@@ -17,15 +18,37 @@ def tree_benchmark(*, target, proposer, tokenizer, evaluation, validation, seed:
 
     def chain(k):
         return lambda prompt, max_new, gen, timing: generate(
-            target, proposer, prompt, max_new=max_new, depth=k, temperature=temperature, gen=gen, timing=timing,
-            draft_sampling=evaluation.draft_sampling)[0]
+            target,
+            proposer,
+            prompt,
+            max_new=max_new,
+            depth=k,
+            temperature=temperature,
+            gen=gen,
+            timing=timing,
+            draft_sampling=evaluation.draft_sampling,
+        )[0]
 
     def tree(t):
         return lambda prompt, max_new, gen, timing: generate_tree(
-            target, proposer, prompt, max_new=max_new, tree=t, temperature=temperature, gen=gen, timing=timing,
-            draft_sampling="greedy")[0]
+            target,
+            proposer,
+            prompt,
+            max_new=max_new,
+            tree=t,
+            temperature=temperature,
+            gen=gen,
+            timing=timing,
+            draft_sampling="greedy",
+        )[0]
 
-    return time_decoders([chain(0), chain(chain_depth), *(tree(t) for t in trees)],
-                         validation_prompts(tokenizer, evaluation, validation, seed), next(target.parameters()).device,
-                         new_tokens=validation.new_tokens or evaluation.continuation_len, repeats=validation.repeats,
-                         warmup_prompts=validation.warmup_prompts, temperature=temperature, seed=seed)
+    return time_decoders(
+        [chain(0), chain(chain_depth), *(tree(t) for t in trees)],
+        validation_prompts(tokenizer, evaluation, validation, seed),
+        next(target.parameters()).device,
+        new_tokens=validation.new_tokens or evaluation.continuation_len,
+        repeats=validation.repeats,
+        warmup_prompts=validation.warmup_prompts,
+        temperature=temperature,
+        seed=seed,
+    )

@@ -1,4 +1,5 @@
 """The target's side of drafting: captured hidden states and next-token logits in one pass."""
+
 from __future__ import annotations
 
 import functools
@@ -8,7 +9,7 @@ import torch
 
 
 @torch.no_grad()
-def target_pass(target, input_ids: torch.Tensor, capture: tuple[int, ...], head: "HeadRows | None" = None):
+def target_pass(target, input_ids: torch.Tensor, capture: tuple[int, ...], head: HeadRows | None = None):
     """input_ids: [B, T] -> (streams: list of [B, T, d] float32, logits or None).
 
     The logits are computed only when `head` is given, and only over its rows (a draft vocabulary),
@@ -26,7 +27,7 @@ class HeadRows:
     def __init__(self, target):
         self.target, self._rows = target, None  # (ids, weight, bias)
 
-    def select(self, vocab: torch.Tensor | None) -> "HeadRows":
+    def select(self, vocab: torch.Tensor | None) -> HeadRows:
         if self._rows is None or self._rows[0] is not vocab:
             head = self.target.get_output_embeddings()
             weight, bias = head.weight, head.bias
@@ -43,8 +44,9 @@ class HeadRows:
 
 
 @torch.no_grad()
-def cached_forward_states(model, input_ids: torch.Tensor, cache=None, capture: tuple[int, ...] = (),
-                          last_only: bool = False):
+def cached_forward_states(
+    model, input_ids: torch.Tensor, cache=None, capture: tuple[int, ...] = (), last_only: bool = False
+):
     """One forward with the KV cache. Returns (logits [B, T, V], cache, captured streams [B, T, d] each);
     with last_only, the logits of the last position alone ([B, 1, V]: a prefill whose cache is what
     is wanted, where B x T x V logits of a long batch would not fit).
@@ -65,8 +67,13 @@ def cached_forward_states(model, input_ids: torch.Tensor, cache=None, capture: t
 def extend_logits(model, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
     """Logits of input_ids [B, T] after a KV cache of the earlier positions (attention_mask covers
     the cached positions and these). The cache grows by T positions."""
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
-                **{_cache_kwarg(type(model)): cache})
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=True,
+        **{_cache_kwarg(type(model)): cache},
+    )
     return out.logits
 
 
@@ -81,8 +88,14 @@ def tree_forward_states(model, input_ids, position_ids, mask, cache, capture: tu
     dtype = next(model.parameters()).dtype
     additive = torch.zeros(allowed.shape, dtype=dtype, device=input_ids.device)
     additive.masked_fill_(~allowed.to(input_ids.device), torch.finfo(dtype).min)  # what eager and sdpa both read
-    out = model(input_ids=input_ids, attention_mask=additive[None, None], position_ids=position_ids, use_cache=True,
-                output_hidden_states=bool(capture), **{_cache_kwarg(type(model)): cache})
+    out = model(
+        input_ids=input_ids,
+        attention_mask=additive[None, None],
+        position_ids=position_ids,
+        use_cache=True,
+        output_hidden_states=bool(capture),
+        **{_cache_kwarg(type(model)): cache},
+    )
     streams = [out.hidden_states[i].float() for i in capture]
     return out.logits, cache, streams
 
@@ -93,19 +106,23 @@ def keep_path(cache, past: int, path: torch.Tensor) -> None:
     is cropped. Only the tree's entries are copied; works on transformers 4.x and 5.x caches."""
     layers = getattr(cache, "layers", None)
     if layers is not None:  # transformers 5.x: one layer object per layer (uninitialised ones skipped)
-        tensors = [t for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
-                   if t is not None and t.numel()]
+        tensors = [
+            t
+            for layer in layers
+            for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+            if t is not None and t.numel()
+        ]
     else:  # 4.x: parallel lists
         tensors = [*cache.key_cache, *cache.value_cache]
     n = path.numel()
     for t in tensors:
-        t[..., past: past + n, :] = t.index_select(-2, past + path.to(t.device))
+        t[..., past : past + n, :] = t.index_select(-2, past + path.to(t.device))
     extra = cache.get_seq_length() - past - n
     if extra:
         cache.crop(-extra)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _accepts(cls: type, name: str) -> bool:
     """Whether a model class's forward takes this keyword (looked up once per class)."""
     return name in inspect.signature(cls.forward).parameters

@@ -3,6 +3,7 @@
 Built-in targets and draft models are Hugging Face folders too, so every causal LM, tiny or
 real, goes through `load_model`.
 """
+
 from __future__ import annotations
 
 import copy
@@ -13,15 +14,23 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pipeline.core.contracts import TargetRef, Trained
 from pipeline.core.artifacts import folder_of
+from pipeline.core.contracts import TargetRef, Trained
 from pipeline.core.files import Files, cache_root, pack_dir, staged_dir
 from pipeline.core.sources import locate, looks_like_path
 from workers.runtime.device import pick_dtype
 
 
-def load_model(*, folder: str | Path | None = None, hf: str | None = None, gguf: str | None = None,
-               package: str | None = None, device: torch.device, dtype: torch.dtype, role: str = "target"):
+def load_model(
+    *,
+    folder: str | Path | None = None,
+    hf: str | None = None,
+    gguf: str | None = None,
+    package: str | None = None,
+    device: torch.device,
+    dtype: torch.dtype,
+    role: str = "target",
+):
     """(model, tokenizer) from a trained checkpoint's folder or a model source (`hf`, `gguf`,
     `package`: pipeline/core/sources.py); eval mode, frozen. role names the spec entry in error
     messages."""
@@ -62,8 +71,10 @@ def _dequantized(folder: str, name: str, role: str) -> Path:
 
             path = Path(hf_hub_download(folder, name))
         except Exception as exc:  # offline, unknown repository or file: one line naming both
-            raise RuntimeError(f"{role}: cannot fetch GGUF file {name} of {folder}: "
-                               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+            raise RuntimeError(
+                f"{role}: cannot fetch GGUF file {name} of {folder}: "
+                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            ) from exc
         folder = str(path.parent)
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:32]

@@ -5,6 +5,7 @@ scaling rule (Llama 3.1's `llama3`, or `linear`). `rope_settings` reads both spe
 transformers has used (`rope_theta` + `rope_scaling` in 4.x, one `rope_parameters` dict in 5.x);
 `inv_freq` turns them into the per-pair frequencies; `apply_rope` rotates.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,8 +23,9 @@ def rope_settings(config) -> tuple[float, dict | None]:
         raise ValueError("target: per-layer-type rope_parameters are not supported by the drafter")
     partial = getattr(config, "partial_rotary_factor", None) or params.get("partial_rotary_factor")
     if partial not in (None, 1, 1.0):
-        raise ValueError(f"target: partial_rotary_factor {partial} is not supported by the drafter (it rotates "
-                         "whole heads)")
+        raise ValueError(
+            f"target: partial_rotary_factor {partial} is not supported by the drafter (it rotates whole heads)"
+        )
     legacy = getattr(config, "rope_scaling", None)
     if isinstance(legacy, dict):
         params = {**legacy, **params}

@@ -3,6 +3,7 @@
 A trained target is packed as a Hugging Face folder, so it loads like any real model
 (workers/models/loading.py).
 """
+
 from __future__ import annotations
 
 import time
@@ -11,9 +12,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from pipeline.core.files import Files
-from workers.runtime.lr_schedule import warmup_cosine_lr
-from workers.models.loading import pack_model
 from workers.data.tokenizer import sample_windows, token_stream, train_tokenizer
+from workers.models.loading import pack_model
+from workers.runtime.lr_schedule import warmup_cosine_lr
 
 
 def build_tiny_llama(*, vocab_size, hidden_size, layers, heads, intermediate_size, max_positions, tokenizer):
@@ -40,8 +41,12 @@ def train_builtin_target(*, builtin, seed: int, progress=None) -> tuple[Files, d
     torch.manual_seed(seed)
     tokenizer = train_tokenizer(builtin.corpus, builtin.vocab_size)
     model = build_tiny_llama(
-        vocab_size=len(tokenizer), hidden_size=builtin.hidden_size, layers=builtin.layers,
-        heads=builtin.heads, intermediate_size=builtin.intermediate_size, max_positions=4096,
+        vocab_size=len(tokenizer),
+        hidden_size=builtin.hidden_size,
+        layers=builtin.layers,
+        heads=builtin.heads,
+        intermediate_size=builtin.intermediate_size,
+        max_positions=4096,
         tokenizer=tokenizer,
     )
     sample, data_tokens = corpus_batches(tokenizer, builtin.corpus, builtin.train)
@@ -53,8 +58,10 @@ def corpus_batches(tokenizer, corpus: str, train):
     """Batches of a built-in corpus: (sample(split, batch_size, gen) -> (input ids, labels), tokens
     of the training text). Chat samples start every window at their BOS."""
     chars = max(500_000, train.steps * train.batch_size * train.seq_len * 4)
-    streams = {"train": token_stream(tokenizer, corpus, "train", max_chars=chars),
-               "heldout": token_stream(tokenizer, corpus, "heldout", max_chars=300_000)}
+    streams = {
+        "train": token_stream(tokenizer, corpus, "train", max_chars=chars),
+        "heldout": token_stream(tokenizer, corpus, "heldout", max_chars=300_000),
+    }
     aligned = corpus == "chat"
 
     def sample(split: str, batch_size: int, gen: torch.Generator):

@@ -1,4 +1,5 @@
 """Device and dtype choice on a worker: the GPU Ray assigned, never a silent CPU fallback."""
+
 from __future__ import annotations
 
 import torch
@@ -32,4 +33,3 @@ def hardware_id(device: torch.device, dtype: torch.dtype) -> str:
     else:
         name = f"cpu {torch.get_num_threads()}t"
     return f"{name} x1 {str(dtype).removeprefix('torch.')}"
-

@@ -2,6 +2,7 @@
 transformers releases. Timings are only as good as the match between where they were taken and
 where they are used, so the driver asks for this before planning timing jobs, and each timing
 job checks it again on the worker it lands on (workers/jobs/run.py)."""
+
 from __future__ import annotations
 
 import platform
@@ -26,8 +27,9 @@ def worker_env(num_gpus: float) -> WorkerEnv:
         model, cuda, driver = torch.cuda.get_device_name(device), torch.version.cuda or "unknown", _nvidia_driver()
     else:
         model, cuda, driver = _cpu_model(), "none", "none"
-    return WorkerEnv(device=model, cuda=cuda, driver=driver, torch=version("torch"),
-                     transformers=version("transformers"))
+    return WorkerEnv(
+        device=model, cuda=cuda, driver=driver, torch=version("torch"), transformers=version("transformers")
+    )
 
 
 def gpus_here() -> int:
@@ -39,8 +41,11 @@ def gpus_here() -> int:
 
 def differences(planned: WorkerEnv, here: WorkerEnv) -> str:
     """'device NVIDIA H100 -> NVIDIA A100, torch 2.5.1 -> 2.6.0' (empty when they match)."""
-    return ", ".join(f"{name} {getattr(planned, name)} -> {getattr(here, name)}"
-                     for name in WorkerEnv.model_fields if getattr(planned, name) != getattr(here, name))
+    return ", ".join(
+        f"{name} {getattr(planned, name)} -> {getattr(here, name)}"
+        for name in WorkerEnv.model_fields
+        if getattr(planned, name) != getattr(here, name)
+    )
 
 
 def _cpu_model() -> str:
@@ -61,8 +66,9 @@ def _nvidia_driver() -> str:
         pass
     smi = shutil.which("nvidia-smi")
     if smi:
-        done = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                              text=True, timeout=30)
+        done = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        )
         if done.returncode == 0 and done.stdout.strip():
             return done.stdout.splitlines()[0].strip()
     return "unknown"

@@ -5,6 +5,7 @@ to. While a job runs, its Python output (print, stderr), its log records and its
 written here as well as where they went before; a job that fails carries the text on its
 exception (`worker_log`), so a failure's log is kept too.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,8 +48,11 @@ def captured(label: str):
 
     t0 = time.monotonic()
     buffer.write(f"{label} started\n")
-    with warnings.catch_warnings(), contextlib.redirect_stdout(_Tee(sys.stdout, buffer)), \
-            contextlib.redirect_stderr(_Tee(sys.stderr, buffer)):
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(_Tee(sys.stdout, buffer)),
+        contextlib.redirect_stderr(_Tee(sys.stderr, buffer)),
+    ):
         warnings.showwarning = show
         try:
             yield lambda: buffer.getvalue()[-MAX_CHARS:]

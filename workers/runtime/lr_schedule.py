@@ -2,6 +2,7 @@
 
 Torch-free, so that it can be tested (and hashed into code versions) on its own.
 """
+
 from __future__ import annotations
 
 import math

@@ -7,6 +7,7 @@ Create Date: 2025-11-30
 Written out in full rather than importing db.tables: a migration is a frozen snapshot, and the
 tables module will move on. Constraint names follow db.tables.NAMING_CONVENTION.
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa
@@ -57,9 +58,7 @@ def upgrade() -> None:
         sa.Column("created_at", _utc(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobs")),
         sa.UniqueConstraint("job_hash", name=op.f("uq_jobs_job_hash")),
-        sa.CheckConstraint(
-            "status IN ('pending', 'running', 'done', 'failed')", name=op.f("ck_jobs_status")
-        ),
+        sa.CheckConstraint("status IN ('pending', 'running', 'done', 'failed')", name=op.f("ck_jobs_status")),
         sa.CheckConstraint("attempts >= 0", name=op.f("ck_jobs_attempts")),
     )
     op.create_table(
@@ -72,9 +71,7 @@ def upgrade() -> None:
             ["experiments.id"],
             name=op.f("fk_experiment_jobs_experiment_id_experiments"),
         ),
-        sa.ForeignKeyConstraint(
-            ["job_id"], ["jobs.id"], name=op.f("fk_experiment_jobs_job_id_jobs")
-        ),
+        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_experiment_jobs_job_id_jobs")),
     )
     op.create_index(op.f("ix_experiment_jobs_job_id"), "experiment_jobs", ["job_id"])
     op.create_table(
@@ -120,9 +117,7 @@ def upgrade() -> None:
         sa.Column("mlflow_run_id", sa.String(TAG_LEN), nullable=True),
         sa.Column("created_at", _utc(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_tuned_configs")),
-        sa.ForeignKeyConstraint(
-            ["job_id"], ["jobs.id"], name=op.f("fk_tuned_configs_job_id_jobs")
-        ),
+        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_tuned_configs_job_id_jobs")),
         sa.ForeignKeyConstraint(
             ["experiment_id"],
             ["experiments.id"],

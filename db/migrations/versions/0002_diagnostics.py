@@ -8,6 +8,7 @@ Only adds a table, so existing databases upgrade in place and keep every row. Wr
 full rather than importing db.tables (see 0001); constraint names follow
 db.tables.NAMING_CONVENTION.
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa
@@ -35,9 +36,7 @@ def upgrade() -> None:
         sa.Column("name", sa.String(TAG_LEN), nullable=False),
         sa.Column("value", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_diagnostics")),
-        sa.ForeignKeyConstraint(
-            ["job_id"], ["jobs.id"], name=op.f("fk_diagnostics_job_id_jobs")
-        ),
+        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_diagnostics_job_id_jobs")),
         sa.UniqueConstraint(
             "job_id",
             "condition",

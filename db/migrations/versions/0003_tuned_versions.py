@@ -11,6 +11,7 @@ alter columns in place, so the changes go through batch_alter_table, which copie
 there and issues plain ALTERs on PostgreSQL. Written out in full rather than importing
 db.tables (see 0001); constraint names follow db.tables.NAMING_CONVENTION.
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa
@@ -49,9 +50,7 @@ def upgrade() -> None:
     with op.batch_alter_table("tuned_configs") as batch:
         for name, type_ in NEW_COLUMNS:
             batch.add_column(sa.Column(name, type_, nullable=True))
-    tuned = sa.table(
-        "tuned_configs", sa.column("version"), sa.column("active"), sa.column("source")
-    )
+    tuned = sa.table("tuned_configs", sa.column("version"), sa.column("active"), sa.column("source"))
     op.execute(tuned.update().values(version=1, active=True, source="offline"))
 
     with op.batch_alter_table("tuned_configs") as batch:
@@ -60,9 +59,7 @@ def upgrade() -> None:
         for name, type_ in NOW_OPTIONAL:
             batch.alter_column(name, existing_type=type_, nullable=True)
         batch.create_check_constraint(op.f("ck_tuned_configs_version"), "version >= 1")
-        batch.create_check_constraint(
-            op.f("ck_tuned_configs_source"), "source IN ('offline', 'production')"
-        )
+        batch.create_check_constraint(op.f("ck_tuned_configs_source"), "source IN ('offline', 'production')")
         batch.create_check_constraint(
             op.f("ck_tuned_configs_offline_job"), "source = 'production' OR job_id IS NOT NULL"
         )
@@ -86,9 +83,7 @@ def downgrade() -> None:
     tuned = sa.table("tuned_configs", sa.column("active"), sa.column("job_id"))
     op.execute(tuned.delete().where(sa.or_(tuned.c.active == sa.false(), tuned.c.job_id.is_(None))))
     with op.batch_alter_table("tuned_configs") as batch:
-        batch.drop_constraint(
-            op.f("uq_tuned_configs_target_drafter_hardware_condition_version"), type_="unique"
-        )
+        batch.drop_constraint(op.f("uq_tuned_configs_target_drafter_hardware_condition_version"), type_="unique")
         for name in ("version", "source", "offline_job"):
             batch.drop_constraint(op.f(f"ck_tuned_configs_{name}"), type_="check")
         for name, type_ in NOW_OPTIONAL:

@@ -9,6 +9,7 @@ Only adds a table, so existing databases upgrade in place and keep every row. Wr
 full rather than importing db.tables (see 0001); constraint names follow
 db.tables.NAMING_CONVENTION.
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa
@@ -39,9 +40,7 @@ def upgrade() -> None:
         sa.Column("predicted_speedup", sa.Float(), nullable=False),
         sa.Column("engine_accept_len", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_speedup_checks")),
-        sa.ForeignKeyConstraint(
-            ["job_id"], ["jobs.id"], name=op.f("fk_speedup_checks_job_id_jobs")
-        ),
+        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_speedup_checks_job_id_jobs")),
         sa.UniqueConstraint(
             "job_id",
             "condition",
@@ -52,9 +51,7 @@ def upgrade() -> None:
         sa.CheckConstraint("depth >= 0", name=op.f("ck_speedup_checks_depth")),
         sa.CheckConstraint("tokens_per_s > 0", name=op.f("ck_speedup_checks_tokens_per_s")),
     )
-    op.create_index(
-        op.f("ix_speedup_checks_target_drafter"), "speedup_checks", ["target", "drafter"]
-    )
+    op.create_index(op.f("ix_speedup_checks_target_drafter"), "speedup_checks", ["target", "drafter"])
 
 
 def downgrade() -> None:

@@ -17,6 +17,7 @@ Create Date: 2026-12-01
 Columns are nullable: rows written before this revision have none of them. Written out in full
 rather than importing db.tables (see 0001).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,9 +31,11 @@ branch_labels = None
 depends_on = None
 
 TAG_LEN = 64
-_MATCH = ("diagnostics.job_id = curves.job_id AND diagnostics.condition = curves.condition AND "
-          "diagnostics.temperature = curves.temperature AND diagnostics.depth = curves.depth AND "
-          "diagnostics.name = 'decode_accept_len'")
+_MATCH = (
+    "diagnostics.job_id = curves.job_id AND diagnostics.condition = curves.condition AND "
+    "diagnostics.temperature = curves.temperature AND diagnostics.depth = curves.depth AND "
+    "diagnostics.name = 'decode_accept_len'"
+)
 
 
 def upgrade() -> None:
@@ -50,32 +53,47 @@ def upgrade() -> None:
 
 def _add_drafter_families() -> None:
     bind = op.get_bind()
-    jobs = sa.table("jobs", sa.column("id", sa.Integer), sa.column("kind", sa.String),
-                    sa.column("config_json", sa.Text), sa.column("result_json", sa.Text))
-    rows = bind.execute(sa.select(jobs.c.id, jobs.c.config_json, jobs.c.result_json)
-                        .where(jobs.c.kind == "train_drafter", jobs.c.result_json.is_not(None))).all()
+    jobs = sa.table(
+        "jobs",
+        sa.column("id", sa.Integer),
+        sa.column("kind", sa.String),
+        sa.column("config_json", sa.Text),
+        sa.column("result_json", sa.Text),
+    )
+    rows = bind.execute(
+        sa.select(jobs.c.id, jobs.c.config_json, jobs.c.result_json).where(
+            jobs.c.kind == "train_drafter", jobs.c.result_json.is_not(None)
+        )
+    ).all()
     for job_id, config_json, result_json in rows:
         config, result = json.loads(config_json), json.loads(result_json)
         drafter = config.get("drafter") if isinstance(config, dict) else None
         if not isinstance(result, dict) or "family" in result or not isinstance(drafter, dict):
             continue
         result["family"] = drafter.get("kind", "eagle3")  # the spec's default family
-        bind.execute(sa.update(jobs).where(jobs.c.id == job_id)
-                     .values(result_json=json.dumps(result, sort_keys=True)))
+        bind.execute(sa.update(jobs).where(jobs.c.id == job_id).values(result_json=json.dumps(result, sort_keys=True)))
 
 
 def _add_choice_inputs() -> None:
     bind = op.get_bind()
-    jobs = sa.table("jobs", sa.column("id", sa.Integer), sa.column("job_hash", sa.String),
-                    sa.column("result_json", sa.Text))
-    tuned = sa.table("tuned_configs", sa.column("id", sa.Integer), sa.column("job_id", sa.Integer),
-                     sa.column("cost_job_hash", sa.String), sa.column("decode_accept_len", sa.Float),
-                     sa.column("cost_model", sa.String), sa.column("pass_cost_json", sa.Text))
+    jobs = sa.table(
+        "jobs", sa.column("id", sa.Integer), sa.column("job_hash", sa.String), sa.column("result_json", sa.Text)
+    )
+    tuned = sa.table(
+        "tuned_configs",
+        sa.column("id", sa.Integer),
+        sa.column("job_id", sa.Integer),
+        sa.column("cost_job_hash", sa.String),
+        sa.column("decode_accept_len", sa.Float),
+        sa.column("cost_model", sa.String),
+        sa.column("pass_cost_json", sa.Text),
+    )
     every_job = bind.execute(sa.select(jobs.c.id, jobs.c.job_hash, jobs.c.result_json)).all()
     results = {job_hash: result for _, job_hash, result in every_job}
     ids = {job_id: job_hash for job_id, job_hash, _ in every_job}
     for row_id, job_id, cost_job in bind.execute(
-            sa.select(tuned.c.id, tuned.c.job_id, tuned.c.cost_job_hash).where(tuned.c.job_id.is_not(None))).all():
+        sa.select(tuned.c.id, tuned.c.job_id, tuned.c.cost_job_hash).where(tuned.c.job_id.is_not(None))
+    ).all():
         choice = _json(results.get(ids.get(job_id))).get("choice")
         if not isinstance(choice, dict) or choice.get("cost_model") not in ("timed", "leviathan"):
             continue  # chosen before cost models were recorded: nothing to say
@@ -95,7 +113,8 @@ def downgrade() -> None:
     op.execute(
         "INSERT INTO diagnostics (job_id, target, drafter, condition, temperature, depth, name, value) "
         "SELECT job_id, target, drafter, condition, temperature, depth, 'decode_accept_len', decode_accept_len "
-        "FROM curves WHERE decode_accept_len IS NOT NULL")
+        "FROM curves WHERE decode_accept_len IS NOT NULL"
+    )
     with op.batch_alter_table("tuned_configs") as batch:
         batch.drop_column("pass_cost_json")
         batch.drop_column("cost_model")

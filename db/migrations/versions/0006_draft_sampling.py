@@ -10,6 +10,7 @@ Create Date: 2026-12-01
   offline rows written before were all measured the "sampled" way and get it.
 Written out in full rather than importing db.tables (see 0001).
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa

@@ -11,6 +11,7 @@ Create Date: 2026-12-01
 Existing databases upgrade in place and keep every row. Written out in full rather than
 importing db.tables (see 0001); constraint names follow db.tables.NAMING_CONVENTION.
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa

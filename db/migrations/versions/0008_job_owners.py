@@ -9,6 +9,7 @@ Create Date: 2026-12-01
 Rows written before this revision have neither: no driver holds them.
 Written out in full rather than importing db.tables (see 0001).
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa

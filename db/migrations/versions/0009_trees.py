@@ -14,6 +14,7 @@ Create Date: 2026-12-02
 Written out in full rather than importing db.tables (see 0001); constraint names follow
 db.tables.NAMING_CONVENTION.
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa
@@ -31,11 +32,15 @@ TREE_COLUMNS = ("tree_decode_accept_len", "tree_speedup", "tree_chain_speedup")
 
 def _measured_at() -> list[sa.Column]:
     """The columns that place a measured value (db.tables.MeasuredAt)."""
-    return [sa.Column("id", sa.Integer(), nullable=False), sa.Column("job_id", sa.Integer(), nullable=False),
-            sa.Column("target", sa.String(NAME_LEN), nullable=False),
-            sa.Column("drafter", sa.String(NAME_LEN), nullable=False),
-            sa.Column("condition", sa.String(TAG_LEN), nullable=False),
-            sa.Column("temperature", sa.Float(), nullable=False), sa.Column("depth", sa.Integer(), nullable=False)]
+    return [
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("job_id", sa.Integer(), nullable=False),
+        sa.Column("target", sa.String(NAME_LEN), nullable=False),
+        sa.Column("drafter", sa.String(NAME_LEN), nullable=False),
+        sa.Column("condition", sa.String(TAG_LEN), nullable=False),
+        sa.Column("temperature", sa.Float(), nullable=False),
+        sa.Column("depth", sa.Integer(), nullable=False),
+    ]
 
 
 def upgrade() -> None:
@@ -46,8 +51,14 @@ def upgrade() -> None:
         sa.Column("accept", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_rank_accepts")),
         sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_rank_accepts_job_id_jobs")),
-        sa.UniqueConstraint("job_id", "condition", "temperature", "depth", "rank",
-                            name=op.f("uq_rank_accepts_job_id_condition_temperature_depth_rank")),
+        sa.UniqueConstraint(
+            "job_id",
+            "condition",
+            "temperature",
+            "depth",
+            "rank",
+            name=op.f("uq_rank_accepts_job_id_condition_temperature_depth_rank"),
+        ),
         sa.CheckConstraint("depth >= 1", name=op.f("ck_rank_accepts_depth")),
         sa.CheckConstraint("rank >= 0", name=op.f("ck_rank_accepts_rank")),
         sa.CheckConstraint("accept >= 0 AND accept <= 1", name=op.f("ck_rank_accepts_accept")),
@@ -59,8 +70,16 @@ def upgrade() -> None:
         sa.Column("hardware", sa.String(NAME_LEN), nullable=False),
         sa.Column("position", sa.Integer(), nullable=False),
         sa.Column("tree_json", sa.Text(), nullable=False),
-        *(sa.Column(name, sa.Float(), nullable=False) for name in (
-            "tokens_per_s", "engine_accept_len", "decode_accept_len", "predicted_speedup", "measured_speedup")),
+        *(
+            sa.Column(name, sa.Float(), nullable=False)
+            for name in (
+                "tokens_per_s",
+                "engine_accept_len",
+                "decode_accept_len",
+                "predicted_speedup",
+                "measured_speedup",
+            )
+        ),
         sa.Column("chain_depth", sa.Integer(), nullable=False),
         sa.Column("chain_tokens_per_s", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_tree_checks")),

@@ -1,4 +1,5 @@
 """What every engine emitter shares: release parsing and the emitted result."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -38,10 +39,15 @@ def unset_sampling(engine: str, draft_sampling: str | None) -> tuple[str, ...]:
     """The note for an engine whose drafting rule at temperature > 0 specfleet does not set."""
     if draft_sampling is None:
         return ()
-    rule = ("drawn from the drafter's q" if draft_sampling == "sampled"
-            else "taken as the drafter's argmax and verified one-hot")
-    return (f"{engine}: the curve assumed drafts {rule} at temperature > 0; this config does not set how the "
-            "engine draws them, so its acceptance may differ",)
+    rule = (
+        "drawn from the drafter's q"
+        if draft_sampling == "sampled"
+        else "taken as the drafter's argmax and verified one-hot"
+    )
+    return (
+        f"{engine}: the curve assumed drafts {rule} at temperature > 0; this config does not set how the "
+        "engine draws them, so its acceptance may differ",
+    )
 
 
 def at_least(v: Version, release: str) -> bool:
@@ -52,19 +58,25 @@ def constant(schedule: list[Range]) -> bool:
     return len({k for _, _, k in schedule}) == 1
 
 
-def batch1(schedule: list[Range], engine: str, version: Version, why: str,
-           option: str = "--engine-version") -> tuple[list[Range], tuple[str, ...]]:
+def batch1(
+    schedule: list[Range], engine: str, version: Version, why: str, option: str = "--engine-version"
+) -> tuple[list[Range], tuple[str, ...]]:
     """The schedule this release can run when it cannot run the given one: the batch-size-1 depth at
     every batch size, with the note that says so. `option`: what to change when even that is not
     possible (a batch-size-1 depth of 0)."""
     k = schedule[0][2]
     if k == 0:
-        raise EngineVersionError(f"{engine} {version}: {why}, and the batch-size-1 depth is 0: at one depth for "
-                                 "every batch size, speculation would not pay; serve without a drafter", option)
+        raise EngineVersionError(
+            f"{engine} {version}: {why}, and the batch-size-1 depth is 0: at one depth for "
+            "every batch size, speculation would not pay; serve without a drafter",
+            option,
+        )
     if constant(schedule):
         return [(1, schedule[-1][1], k)], ()
-    note = (f"{engine} {version}: {why}; written as the batch-size-1 depth {k} at every batch size "
-            f"(the schedule was {', '.join(f'{lo}-{hi}: k={d}' for lo, hi, d in schedule)})")
+    note = (
+        f"{engine} {version}: {why}; written as the batch-size-1 depth {k} at every batch size "
+        f"(the schedule was {', '.join(f'{lo}-{hi}: k={d}' for lo, hi, d in schedule)})"
+    )
     return [(1, schedule[-1][1], k)], (note,)
 
 
@@ -73,8 +85,10 @@ def not_written(engine: str, version: Version, tree, why: str) -> tuple[str, ...
     from pipeline.core.trees import check_tree, shape
 
     sh = shape(check_tree(tree))
-    return (f"{engine} {version}: the chosen tree ({sh.nodes} draft tokens, depth {sh.depth}, top-{sh.topk}) is not "
-            f"written: {why}; written as the chain",)
+    return (
+        f"{engine} {version}: the chosen tree ({sh.nodes} draft tokens, depth {sh.depth}, top-{sh.topk}) is not "
+        f"written: {why}; written as the chain",
+    )
 
 
 def tree_blocker(engine: str, tree, schedule: list[Range], method: str, draft_model_ok: bool = False) -> str | None:

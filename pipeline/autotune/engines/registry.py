@@ -6,6 +6,7 @@ name the files and releases). `emit(engine, schedule, model=..., method=..., ver
 returns what to print, any file the engine reads beside it, and notes on what that release
 cannot express (it then gets the batch-size-1 depth at every batch size).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,17 @@ def check_version(engine: str, version: str | None) -> Version:
     return parse_version(engine, version or module.DEFAULT_VERSION, module.OLDEST)
 
 
-def emit(engine: str, schedule, *, model: str, method: str, version: str | None = None,
-         config_dir: str = ".", draft_sampling: str | None = None, tree=None) -> Emitted:
+def emit(
+    engine: str,
+    schedule,
+    *,
+    model: str,
+    method: str,
+    version: str | None = None,
+    config_dir: str = ".",
+    draft_sampling: str | None = None,
+    tree=None,
+) -> Emitted:
     """The engine's config for `schedule` at `version` (default: the engine's current release);
     files it names are to be written to `config_dir`. `draft_sampling`: at temperature > 0, how
     the curve drew and verified drafts ("sampled" or "greedy"); None at temperature 0. `tree`: a
@@ -34,8 +44,15 @@ def emit(engine: str, schedule, *, model: str, method: str, version: str | None 
     chosen gets the chain, with a note saying why."""
     module = MODULES[engine]
     v = check_version(engine, version)
-    out = module.emit(list(schedule), model=model, method=method, version=v, config_dir=config_dir,
-                      draft_sampling=draft_sampling, tree=tree)
+    out = module.emit(
+        list(schedule),
+        model=model,
+        method=method,
+        version=v,
+        config_dir=config_dir,
+        draft_sampling=draft_sampling,
+        tree=tree,
+    )
     if v > Version(module.NEWEST):
         note = f"{engine} {v} is newer than the newest release read ({module.NEWEST}): written as for that one"
         out = dataclasses.replace(out, notes=(*out.notes, note))

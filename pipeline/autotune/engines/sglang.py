@@ -25,6 +25,7 @@ As read in the released wheels 0.5.5 to 0.5.23 (`sglang/srt/server_args.py`, fro
   bound the tree (its depth, branching and size) rather than fix it; at most
   topk + (steps - 1) * topk^2 nodes can be picked. Adaptive mode is switched off with top-k > 1.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,9 +34,17 @@ import shlex
 
 from packaging.version import Version
 
+from pipeline.autotune.engines.common import (
+    Emitted,
+    at_least,
+    batch1,
+    constant,
+    not_written,
+    tree_blocker,
+    unset_sampling,
+)
 from pipeline.core.schedule import Range
 from pipeline.core.trees import check_tree, shape
-from pipeline.autotune.engines.common import Emitted, at_least, batch1, constant, not_written, tree_blocker, unset_sampling
 
 NAME = "sglang"
 OLDEST, NEWEST = "0.5.5", "0.5.23"
@@ -49,8 +58,16 @@ def default_capture_sizes(largest: int = 512) -> list[int]:
     return [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, largest + 1, 16)]
 
 
-def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str,
-         draft_sampling: str | None = None, tree=None) -> Emitted:
+def emit(
+    schedule: list[Range],
+    *,
+    model: str,
+    method: str,
+    version: Version,
+    config_dir: str,
+    draft_sampling: str | None = None,
+    tree=None,
+) -> Emitted:
     """Flags, and with a depth per batch size the adaptive file they name in `config_dir`; with a
     `tree`, the steps, top-k and draft tokens that bound it."""
     algorithm = "EAGLE3" if method == "eagle3" else "STANDALONE"
@@ -58,17 +75,33 @@ def emit(schedule: list[Range], *, model: str, method: str, version: Version, co
     if tree:
         sh = shape(check_tree(tree))
         why = tree_blocker(NAME, tree, schedule, method) or (
-            None if sh.nodes <= sh.topk + (sh.depth - 1) * sh.topk ** 2 else
-            f"SGLang verifies at most top-k + (steps - 1) x top-k^2 = {sh.topk + (sh.depth - 1) * sh.topk ** 2} nodes")
+            None
+            if sh.nodes <= sh.topk + (sh.depth - 1) * sh.topk**2
+            else "SGLang verifies at most top-k + (steps - 1) x top-k^2 = "
+            f"{sh.topk + (sh.depth - 1) * sh.topk**2} nodes"
+        )
         if why is None:
-            flags = ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", model,
-                     "--speculative-num-steps", str(sh.depth), "--speculative-eagle-topk", str(sh.topk),
-                     "--speculative-num-draft-tokens", str(sh.nodes + 1)]
-            return Emitted(text=" ".join(shlex.quote(f) for f in flags), notes=(
-                f"sglang: the server picks the {sh.nodes} draft tokens itself by the drafter's cumulative scores, "
-                f"within {sh.depth} steps and top-{sh.topk}; the tree it drafts may differ from the one measured",
-                "sglang: with a paged KV cache (page size > 1) top-k > 1 needs the flashinfer, fa3 or triton "
-                "attention backend"))
+            flags = [
+                "--speculative-algorithm",
+                algorithm,
+                "--speculative-draft-model-path",
+                model,
+                "--speculative-num-steps",
+                str(sh.depth),
+                "--speculative-eagle-topk",
+                str(sh.topk),
+                "--speculative-num-draft-tokens",
+                str(sh.nodes + 1),
+            ]
+            return Emitted(
+                text=" ".join(shlex.quote(f) for f in flags),
+                notes=(
+                    f"sglang: the server picks the {sh.nodes} draft tokens itself by the drafter's cumulative scores, "
+                    f"within {sh.depth} steps and top-{sh.topk}; the tree it drafts may differ from the one measured",
+                    "sglang: with a paged KV cache (page size > 1) top-k > 1 needs the flashinfer, fa3 or triton "
+                    "attention backend",
+                ),
+            )
         tree_notes = not_written(NAME, version, tree, why)
     if not constant(schedule):
         why = _no_schedule(schedule, algorithm, version)
@@ -76,9 +109,18 @@ def emit(schedule: list[Range], *, model: str, method: str, version: Version, co
             option = "--engine-version" if algorithm == "EAGLE3" else "--engine"  # no release helps a draft model
             schedule, notes = batch1(schedule, NAME, version, why, option)
     depth = schedule[0][2]
-    flags = ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", model,
-             "--speculative-num-steps", str(depth), "--speculative-eagle-topk", "1",
-             "--speculative-num-draft-tokens", str(depth + 1)]
+    flags = [
+        "--speculative-algorithm",
+        algorithm,
+        "--speculative-draft-model-path",
+        model,
+        "--speculative-num-steps",
+        str(depth),
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        str(depth + 1),
+    ]
     files = {}
     if not constant(schedule):
         adaptive = {str(lo): {"candidate_steps": [k]} for lo, _, k in schedule}
@@ -88,8 +130,10 @@ def emit(schedule: list[Range], *, model: str, method: str, version: Version, co
         flags += ["--speculative-adaptive", "--speculative-adaptive-config", f"{config_dir.rstrip('/')}/{name}"]
         if at_least(version, ZERO_STEPS):
             ends = ", ".join(str(hi) for _, hi, _ in schedule[:-1])
-            notes += (f"sglang: pass no --cuda-graph-bs-decode, or one that lists {ends}: the server pads a batch to "
-                      "that list before it picks the depth",)
+            notes += (
+                f"sglang: pass no --cuda-graph-bs-decode, or one that lists {ends}: the server pads a batch to "
+                "that list before it picks the depth",
+            )
     notes += unset_sampling(NAME, draft_sampling)
     return Emitted(text=" ".join(shlex.quote(f) for f in flags), files=files, notes=tree_notes + notes)
 
@@ -106,6 +150,8 @@ def _no_schedule(schedule: list[Range], algorithm: str, version: Version) -> str
         capture = default_capture_sizes()
         off = [hi for _, hi, _ in schedule[:-1] if hi not in capture]
         if off:
-            return (f"this release pads a batch to its CUDA-graph capture size before it picks the depth, and "
-                    f"batch sizes {off} end a range without being capture sizes")
+            return (
+                f"this release pads a batch to its CUDA-graph capture size before it picks the depth, and "
+                f"batch sizes {off} end a range without being capture sizes"
+            )
     return None

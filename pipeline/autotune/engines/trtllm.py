@@ -21,14 +21,23 @@ marked "inferred" come from merge and release dates, not from tags:
   path drafts a dynamic tree instead (`use_dynamic_tree`, `dynamic_tree_max_topK` > 0,
   `max_total_draft_tokens` between `max_draft_len` and top-k x `max_draft_len`; PR #13081).
 """
+
 from __future__ import annotations
 
 import yaml
 from packaging.version import Version
 
+from pipeline.autotune.engines.common import (
+    Emitted,
+    at_least,
+    batch1,
+    constant,
+    not_written,
+    tree_blocker,
+    unset_sampling,
+)
 from pipeline.core.schedule import Range
 from pipeline.core.trees import check_tree, shape
-from pipeline.autotune.engines.common import Emitted, at_least, batch1, constant, not_written, tree_blocker, unset_sampling
 
 NAME = "trtllm"
 OLDEST, NEWEST = "1.0.0", "1.4.0rc1"
@@ -39,8 +48,16 @@ SCHEDULE_UPPER_BOUNDS = "1.3.0rc8"
 STATIC_TREE, DYNAMIC_TREE = "1.2.0rc0", "1.4.0rc0"
 
 
-def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str,
-         draft_sampling: str | None = None, tree=None) -> Emitted:
+def emit(
+    schedule: list[Range],
+    *,
+    model: str,
+    method: str,
+    version: Version,
+    config_dir: str,
+    draft_sampling: str | None = None,
+    tree=None,
+) -> Emitted:
     """(`config_dir`: where files would go; this engine's config is all in its text.) `tree`: a
     static tree before 1.4, the dynamic-tree limits that bound it from 1.4."""
     new = at_least(version, EAGLE3_TYPE)
@@ -48,7 +65,8 @@ def emit(schedule: list[Range], *, model: str, method: str, version: Version, co
     notes = tree_notes = ()
     if tree:
         why = tree_blocker(NAME, tree, schedule, method) or (
-            None if at_least(version, STATIC_TREE) else f"trees reach the PyTorch backend in {STATIC_TREE}")
+            None if at_least(version, STATIC_TREE) else f"trees reach the PyTorch backend in {STATIC_TREE}"
+        )
         if why is None:
             return _emit_tree(check_tree(tree), decoding_type, model, version, draft_sampling)
         tree_notes = not_written(NAME, version, tree, why)
@@ -56,14 +74,25 @@ def emit(schedule: list[Range], *, model: str, method: str, version: Version, co
         if not at_least(version, SCHEDULE_LOWER_BOUNDS):
             schedule, notes = batch1(schedule, NAME, version, f"draft_len_schedule arrived in {SCHEDULE_LOWER_BOUNDS}")
         elif method == "eagle3" and not at_least(version, SCHEDULE_UPPER_BOUNDS):
-            schedule, notes = batch1(schedule, NAME, version, "draft_len_schedule reaches the one-model EAGLE-3 path "
-                                                              f"from {SCHEDULE_UPPER_BOUNDS}")
+            schedule, notes = batch1(
+                schedule,
+                NAME,
+                version,
+                f"draft_len_schedule reaches the one-model EAGLE-3 path from {SCHEDULE_UPPER_BOUNDS}",
+            )
         elif schedule[0][2] != max(k for _, _, k in schedule):
-            schedule, notes = batch1(schedule, NAME, version, "draft_len_schedule must draft its longest at the "
-                                                              "smallest batch sizes, and this one rises")
+            schedule, notes = batch1(
+                schedule,
+                NAME,
+                version,
+                "draft_len_schedule must draft its longest at the smallest batch sizes, and this one rises",
+            )
     top = max(k for _, _, k in schedule)
-    spec = {"decoding_type": decoding_type, "max_draft_len": top,
-            ("speculative_model" if new else "speculative_model_dir"): model}
+    spec = {
+        "decoding_type": decoding_type,
+        "max_draft_len": top,
+        ("speculative_model" if new else "speculative_model_dir"): model,
+    }
     if not constant(schedule):
         if at_least(version, SCHEDULE_UPPER_BOUNDS):
             ranges = list(schedule)
@@ -71,8 +100,10 @@ def emit(schedule: list[Range], *, model: str, method: str, version: Version, co
                 ranges.pop()
             spec["draft_len_schedule"] = {hi: k for _, hi, k in ranges}
             if ranges[-1] == schedule[-1]:
-                notes += (f"trtllm: batch sizes above {ranges[-1][1]} draft nothing (larger than the schedule's "
-                          "largest key); raise cost.max_batch_size to choose for them",)
+                notes += (
+                    f"trtllm: batch sizes above {ranges[-1][1]} draft nothing (larger than the schedule's "
+                    "largest key); raise cost.max_batch_size to choose for them",
+                )
         else:
             spec["draft_len_schedule"] = {lo: k for lo, _, k in schedule}
     notes += unset_sampling(NAME, draft_sampling)
@@ -86,9 +117,11 @@ def _emit_tree(tree, decoding_type: str, model: str, version: Version, draft_sam
     if at_least(version, DYNAMIC_TREE):
         total = min(max(sh.nodes, sh.depth), sh.topk * sh.depth)
         spec.update(use_dynamic_tree=True, dynamic_tree_max_topK=sh.topk, max_total_draft_tokens=total)
-        notes = (f"trtllm {version}: static trees are gone; the dynamic tree picks its {total} draft tokens itself "
-                 f"by the drafter's scores within depth {sh.depth} and top-{sh.topk}, so it may differ from the one "
-                 "measured",)
+        notes = (
+            f"trtllm {version}: static trees are gone; the dynamic tree picks its {total} draft tokens itself "
+            f"by the drafter's scores within depth {sh.depth} and top-{sh.topk}, so it may differ from the one "
+            "measured",
+        )
     else:
         spec.update(eagle_choices=[list(n) for n in tree], eagle3_one_model=False)
         notes = (f"trtllm {version}: static trees run on the two-model EAGLE-3 path (eagle3_one_model: false)",)

@@ -21,6 +21,7 @@ released wheels 0.10.2 to 0.33.0:
   branch evenly. Its drafts are verified by the chain's rejection sampler, which at temperature
   above 0 does not keep the target distribution over siblings.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,10 +29,18 @@ import shlex
 
 from packaging.version import Version
 
+from pipeline.autotune.engines.common import (
+    Emitted,
+    EngineVersionError,
+    at_least,
+    batch1,
+    constant,
+    not_written,
+    tree_blocker,
+    unset_sampling,
+)
 from pipeline.core.schedule import Range
 from pipeline.core.trees import check_tree
-from pipeline.autotune.engines.common import (Emitted, EngineVersionError, at_least, batch1, constant, not_written, tree_blocker,
-                                     unset_sampling)
 
 NAME = "vllm"
 OLDEST, NEWEST = "0.10.2", "0.33.0"
@@ -64,25 +73,40 @@ def _tree_problem(tree, schedule, method: str, version: Version, draft_sampling:
     if not at_least(version, TREE) or at_least(version, TREE_REMOVED):
         return f"speculative_token_tree runs from {TREE} and was removed in {TREE_REMOVED}"
     if draft_sampling is not None:
-        return ("at temperature > 0 vLLM verifies a tree with its chain rejection sampler, which does not keep the "
-                "target distribution over siblings")
+        return (
+            "at temperature > 0 vLLM verifies a tree with its chain rejection sampler, which does not keep the "
+            "target distribution over siblings"
+        )
     if not branches_evenly(tree):
         return "vLLM gives every node of a level the same number of children, and this tree branches unevenly"
     return None
 
 
-def emit(schedule: list[Range], *, model: str, method: str, version: Version, config_dir: str,
-         draft_sampling: str | None = None, tree=None) -> Emitted:
+def emit(
+    schedule: list[Range],
+    *,
+    model: str,
+    method: str,
+    version: Version,
+    config_dir: str,
+    draft_sampling: str | None = None,
+    tree=None,
+) -> Emitted:
     """(`config_dir`: where files would go; this engine's config is all in its text.) `tree`: the
     draft tree to run instead of the chain, where this release can run it as chosen."""
     if method == "draft_model":
         if not at_least(version, DRAFT_MODEL):
-            raise EngineVersionError(f"vllm {version} cannot serve a draft model (draft-model speculation arrived "
-                                     f"in {DRAFT_MODEL}); use a newer vLLM or an EAGLE-3 drafter")
+            raise EngineVersionError(
+                f"vllm {version} cannot serve a draft model (draft-model speculation arrived "
+                f"in {DRAFT_MODEL}); use a newer vLLM or an EAGLE-3 drafter"
+            )
         hit = next((frag for frag in RENAMED_AS_EAGLE if frag in model.lower()), None)
         if hit is not None:
-            raise EngineVersionError(f"vllm would serve {model} as an EAGLE head, not a draft model (its path contains "
-                                     f"{hit!r}); rename or link the folder", option="--drafter-path")
+            raise EngineVersionError(
+                f"vllm would serve {model} as an EAGLE head, not a draft model (its path contains "
+                f"{hit!r}); rename or link the folder",
+                option="--drafter-path",
+            )
     notes = tree_notes = ()
     if tree:
         why = _tree_problem(check_tree(tree), schedule, method, version, draft_sampling)
@@ -90,8 +114,9 @@ def emit(schedule: list[Range], *, model: str, method: str, version: Version, co
             return _emit_tree(check_tree(tree), model=model, method=method, version=version)
         tree_notes = not_written(NAME, version, tree, why)
     if not constant(schedule) and not at_least(version, PER_BATCH_SIZE):
-        schedule, notes = batch1(schedule, NAME, version, f"num_speculative_tokens_per_batch_size arrived in "
-                                                          f"{PER_BATCH_SIZE}")
+        schedule, notes = batch1(
+            schedule, NAME, version, f"num_speculative_tokens_per_batch_size arrived in {PER_BATCH_SIZE}"
+        )
     config = {"method": method, "model": model, "num_speculative_tokens": max(k for _, _, k in schedule)}
     if not constant(schedule):
         config["num_speculative_tokens_per_batch_size"] = [list(r) for r in schedule]
@@ -102,15 +127,25 @@ def emit(schedule: list[Range], *, model: str, method: str, version: Version, co
             config["draft_sample_method"] = "greedy"
         else:
             notes += unset_sampling(f"vllm {version}", draft_sampling)
-    return Emitted(text="--speculative-config " + shlex.quote(json.dumps(config, separators=(",", ":"))),
-                   notes=tree_notes + notes)
+    return Emitted(
+        text="--speculative-config " + shlex.quote(json.dumps(config, separators=(",", ":"))), notes=tree_notes + notes
+    )
 
 
 def _emit_tree(tree, *, model: str, method: str, version: Version) -> Emitted:
-    config = {"method": method, "model": model, "num_speculative_tokens": len(tree),
-              "speculative_token_tree": "[" + ", ".join(str(tuple(n)) for n in tree) + "]"}
+    config = {
+        "method": method,
+        "model": model,
+        "num_speculative_tokens": len(tree),
+        "speculative_token_tree": "[" + ", ".join(str(tuple(n)) for n in tree) + "]",
+    }
     text = "--speculative-config " + shlex.quote(json.dumps(config, separators=(",", ":")))
     if at_least(version, BACKEND_FLAG):
         return Emitted(text=text + " --attention-backend TREE_ATTN")
-    return Emitted(text=text, notes=(f"vllm {version}: set VLLM_ATTENTION_BACKEND=TREE_ATTN in the server's "
-                                     "environment: without it the tree is drafted as a chain",))
+    return Emitted(
+        text=text,
+        notes=(
+            f"vllm {version}: set VLLM_ATTENTION_BACKEND=TREE_ATTN in the server's "
+            "environment: without it the tree is drafted as a chain",
+        ),
+    )

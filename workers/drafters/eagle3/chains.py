@@ -4,6 +4,7 @@ A chain starting at position c drafts `depth` tokens after seq[: c + 2]. An EAGL
 every chain in `depth` passes over the whole sequence (each position is a chain start), and the
 same passes give the drift diagnostics (workers/measure/diagnostics.py).
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,8 +20,9 @@ def fuse_context(drafter, streams) -> torch.Tensor:
 
 
 @torch.no_grad()
-def draft_all_chains(drafter, seqs: torch.Tensor, streams, depth: int, temperature: float, gen, starts: list[int],
-                     noise=None):
+def draft_all_chains(
+    drafter, seqs: torch.Tensor, streams, depth: int, temperature: float, gen, starts: list[int], noise=None
+):
     """Draft `depth` tokens for the chains starting at `starts`, in `depth` drafter passes.
 
     seqs: [1, L]; streams: the target's captured states for seqs. Every position drafts (one
@@ -30,8 +32,14 @@ def draft_all_chains(drafter, seqs: torch.Tensor, streams, depth: int, temperatu
     """
     g0 = fuse_context(drafter, streams)
     c = torch.tensor(starts, device=seqs.device)
-    outs = drafter.forward_steps(seqs[:, 1:], g0, depth, noise=noise, rows=c,
-                                 pick=lambda lg: sample(drafter.full_logits(lg.float()), temperature, gen))
+    outs = drafter.forward_steps(
+        seqs[:, 1:],
+        g0,
+        depth,
+        noise=noise,
+        rows=c,
+        pick=lambda lg: sample(drafter.full_logits(lg.float()), temperature, gen),
+    )
     # step s of the chain that started at c sits at position c + s
     drafts = torch.stack([o.picked[0, c + s] for s, o in enumerate(outs)], dim=1)
     logits = torch.stack([drafter.full_logits(o.logits[0, c + s].float()) for s, o in enumerate(outs)], dim=1)
@@ -39,8 +47,9 @@ def draft_all_chains(drafter, seqs: torch.Tensor, streams, depth: int, temperatu
 
 
 @torch.no_grad()
-def eagle_ranks(drafter, seqs: torch.Tensor, g0: torch.Tensor, depth: int, starts: list[int],
-                noise=None) -> torch.Tensor:
+def eagle_ranks(
+    drafter, seqs: torch.Tensor, g0: torch.Tensor, depth: int, starts: list[int], noise=None
+) -> torch.Tensor:
     """The rank of the target's own token at every step of the chains at `starts`, the drafter fed the
     target's tokens along the way (where a drafter that guessed right would be). g0: the fused
     input `draft_all_chains` returned for the same text. -> [N, depth]"""
@@ -48,5 +57,7 @@ def eagle_ranks(drafter, seqs: torch.Tensor, g0: torch.Tensor, depth: int, start
     forced = torch.zeros_like(seqs[:, 1:])
     forced[:, :-1] = seqs[:, 2:]  # position i is followed by x_{i+2}
     outs = drafter.forward_steps(seqs[:, 1:], g0, depth, noise=noise, rows=c, pick=lambda lg: forced)
-    return torch.stack([ranks_of(drafter.full_logits(o.logits[0, c + s].float()), seqs[0, c + 2 + s])
-                        for s, o in enumerate(outs)], dim=1)
+    return torch.stack(
+        [ranks_of(drafter.full_logits(o.logits[0, c + s].float()), seqs[0, c + 2 + s]) for s, o in enumerate(outs)],
+        dim=1,
+    )

@@ -5,6 +5,7 @@ embedding, which is the target's, frozen, and is taken from the target when the 
 loaded (as serving engines do). For an 8B target that embedding is 0.5B of the drafter's 0.9B
 parameters.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,11 @@ FROZEN = ("embed.weight",)  # the target's, never stored
 
 def save_eagle3(drafter: Eagle3Drafter, dtype: torch.dtype) -> dict[str, bytes]:
     """The checkpoint's files; floating-point weights in `dtype`, the vocabulary maps as they are."""
-    state = {k: (v.to(dtype) if v.is_floating_point() else v).detach().to("cpu").contiguous()
-             for k, v in drafter.state_dict().items() if k not in FROZEN}
+    state = {
+        k: (v.to(dtype) if v.is_floating_point() else v).detach().to("cpu").contiguous()
+        for k, v in drafter.state_dict().items()
+        if k not in FROZEN
+    }
     return {
         "config.json": json.dumps(drafter.cfg.to_dict(), indent=1).encode(),
         "model.safetensors": safetensors.torch.save(state),
@@ -46,18 +50,23 @@ def load_eagle3(folder: str | Path, *, embedding: torch.Tensor | None, device, d
     drafter = Eagle3Drafter(cfg)
     if embedding is not None:
         if tuple(embedding.shape) != tuple(drafter.embed.weight.shape):
-            raise RuntimeError(f"drafter checkpoint {folder}: drafts for a vocabulary of {cfg.vocab_size} x "
-                               f"{cfg.hidden_size}, the target's embedding is {tuple(embedding.shape)}")
+            raise RuntimeError(
+                f"drafter checkpoint {folder}: drafts for a vocabulary of {cfg.vocab_size} x "
+                f"{cfg.hidden_size}, the target's embedding is {tuple(embedding.shape)}"
+            )
         state.setdefault("embed.weight", embedding.detach())
     try:
         # not strict: a checkpoint without the frozen embedding is expected; what is missing or unexpected
         # is checked just below
         missing, unexpected = drafter.load_state_dict(state, strict=False)
     except RuntimeError as exc:
-        raise RuntimeError(f"drafter checkpoint {folder}: weights do not match config.json "
-                           f"({str(exc).splitlines()[0]})") from exc
+        raise RuntimeError(
+            f"drafter checkpoint {folder}: weights do not match config.json ({str(exc).splitlines()[0]})"
+        ) from exc
     missing = [k for k in missing if embedding is not None or k not in FROZEN]
     if missing or unexpected:
-        raise RuntimeError(f"drafter checkpoint {folder}: weights do not match config.json (missing "
-                           f"{missing[:3]}, unexpected {unexpected[:3]})")
+        raise RuntimeError(
+            f"drafter checkpoint {folder}: weights do not match config.json (missing "
+            f"{missing[:3]}, unexpected {unexpected[:3]})"
+        )
     return drafter.to(device=device, dtype=dtype).eval()

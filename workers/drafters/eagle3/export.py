@@ -7,14 +7,16 @@ maps; the token embedding is left out (both engines take the target's). vLLM rea
 target layers from `eagle_aux_hidden_state_layer_ids` (the HF hidden_states indices specfleet
 uses); SGLang reads `eagle_config.eagle_aux_hidden_state_layer_ids`, one lower for the same
 layers (recent SGLang adds the one back only when the list starts at 1, which EAGLE-3's default
-capture, from hidden state 2, does; a capture list starting elsewhere is read differently there). The speculators format keeps the same weights as `layers.0.*`, the layer's settings in
-`transformer_layer_config` and the verifier (target) it drafts for. workers/drafters/eagle3/layouts.py
-reads all of these back.
+capture, from hidden state 2, does; a capture list starting elsewhere is read differently
+there). The speculators format keeps the same weights as `layers.0.*`, the layer's settings in
+`transformer_layer_config` and the verifier (target) it drafts for.
+workers/drafters/eagle3/layouts.py reads all of these back.
 
 Stock engines run the pre-norm EAGLE-3 layer only, with a fusion of three streams and no
 per-stream norms or attention gate: other variants are refused rather than exported into
 something that would load and then compute a different function.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +25,9 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
-from workers.drafters.eagle3.model import DrafterConfig, Eagle3Drafter
 from workers.drafters.eagle3.layouts import LAYER, OUTSIDE, PREFIX
+from workers.drafters.eagle3.model import DrafterConfig, Eagle3Drafter
+
 
 def names(layout: str) -> dict[str, str]:
     """specfleet parameter name -> the checkpoint's name in `layout` ("eagle" or "speculators")."""
@@ -82,15 +85,35 @@ def export_eagle3(drafter: Eagle3Drafter, folder: str | Path, *, dtype: torch.dt
     return _write(drafter, folder, "eagle", config, dtype)
 
 
-def speculators_config(cfg: DrafterConfig, *, verifier: str, dtype: str = "bfloat16", max_positions: int = 8192,
-                       speculative_tokens: int = 3) -> dict:
+def speculators_config(
+    cfg: DrafterConfig,
+    *,
+    verifier: str,
+    dtype: str = "bfloat16",
+    max_positions: int = 8192,
+    speculative_tokens: int = 3,
+) -> dict:
     """The speculators format's config: its Eagle3 fields, the Llama layer's settings nested, and
     the verifier (the target) with the default number of tokens to propose."""
     flat = eagle3_config(cfg, dtype=dtype, max_positions=max_positions)
-    layer = {k: flat[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                                  "intermediate_size", "hidden_act", "num_hidden_layers", "rms_norm_eps",
-                                  "rope_theta", "rope_scaling", "max_position_embeddings", "vocab_size",
-                                  "attention_bias")}
+    layer = {
+        k: flat[k]
+        for k in (
+            "hidden_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "intermediate_size",
+            "hidden_act",
+            "num_hidden_layers",
+            "rms_norm_eps",
+            "rope_theta",
+            "rope_scaling",
+            "max_position_embeddings",
+            "vocab_size",
+            "attention_bias",
+        )
+    }
     return {
         "speculators_model_type": "eagle3",
         "architectures": ["Eagle3Speculator"],
@@ -109,12 +132,19 @@ def speculators_config(cfg: DrafterConfig, *, verifier: str, dtype: str = "bfloa
     }
 
 
-def export_speculators(drafter: Eagle3Drafter, folder: str | Path, *, verifier: str, speculative_tokens: int = 3,
-                       dtype: torch.dtype = torch.bfloat16) -> Path:
+def export_speculators(
+    drafter: Eagle3Drafter,
+    folder: str | Path,
+    *,
+    verifier: str,
+    speculative_tokens: int = 3,
+    dtype: torch.dtype = torch.bfloat16,
+) -> Path:
     """Write the drafter in the speculators format (config.json + model.safetensors) under folder."""
     exportable(drafter.cfg)
-    config = speculators_config(drafter.cfg, verifier=verifier, dtype=str(dtype).removeprefix("torch."),
-                                speculative_tokens=speculative_tokens)
+    config = speculators_config(
+        drafter.cfg, verifier=verifier, dtype=str(dtype).removeprefix("torch."), speculative_tokens=speculative_tokens
+    )
     return _write(drafter, folder, "speculators", config, dtype)
 
 

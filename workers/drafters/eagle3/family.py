@@ -2,6 +2,7 @@
 exports a drafter of this family. Everything else asks the family (workers/drafters/registry.py)
 and never tests what a drafter is.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,14 +28,16 @@ class EagleChains:
 
     def draft(self, seq, starts: list[int], temperature: float, gen, noise):
         streams, _ = target_pass(self.target, seq, self.drafter.cfg.capture_layers)
-        drafts, q_logits, outs, g0 = draft_all_chains(self.drafter, seq, streams, self.depth, temperature, gen,
-                                                      starts, noise)
+        drafts, q_logits, outs, g0 = draft_all_chains(
+            self.drafter, seq, streams, self.depth, temperature, gen, starts, noise
+        )
         self.stats.add(outs, streams, g0, starts)
         self.g0 = g0
         return drafts, q_logits
 
     def ranks(self, seq, starts: list[int], noise):
-        """After `draft` on the same text: the rank of the target's token at every step (workers/drafters/eagle3/chains.py)."""
+        """After `draft` on the same text: the rank of the target's token at every step
+        (workers/drafters/eagle3/chains.py)."""
         return eagle_ranks(self.drafter, seq, self.g0, self.depth, starts, noise)
 
     def diagnostics(self) -> list[tuple[int, str, float]]:
@@ -49,10 +52,17 @@ class Eagle3Family:
         """The trained drafter, or the checkpoint the spec names (`path`) read as it is."""
         param = next(target.parameters())
         if trained is not None:
-            return load_eagle3(folder_of(trained), embedding=target.get_input_embeddings().weight,
-                               device=param.device, dtype=param.dtype)
-        drafter = import_checkpoint(checkpoint_folder(spec.path), target.get_input_embeddings().weight.detach().cpu(),
-                                    target.config.num_hidden_layers)
+            return load_eagle3(
+                folder_of(trained),
+                embedding=target.get_input_embeddings().weight,
+                device=param.device,
+                dtype=param.dtype,
+            )
+        drafter = import_checkpoint(
+            checkpoint_folder(spec.path),
+            target.get_input_embeddings().weight.detach().cpu(),
+            target.config.num_hidden_layers,
+        )
         return drafter.to(device=param.device, dtype=param.dtype)
 
     def chains(self, drafter, target, depth: int) -> EagleChains:
@@ -85,7 +95,9 @@ class Eagle3Family:
 
         return {w: timer(w) for w in widths}
 
-    def export(self, checkpoint: Path, out: Path, layout: str = "eagle3", verifier: str | None = None) -> tuple[str, str]:
+    def export(
+        self, checkpoint: Path, out: Path, layout: str = "eagle3", verifier: str | None = None
+    ) -> tuple[str, str]:
         """(folder, vLLM method): the drafter written once in the EAGLE-3 layout engines load, or in
         the speculators format (which names the `verifier` it drafts for)."""
         from pipeline.core.files import staged_dir

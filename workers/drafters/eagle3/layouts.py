@@ -30,6 +30,7 @@ it (no input layer is captured at 0 or 1 by the EAGLE-3 default, which starts at
 compute exactly (more than one layer, a target width other than the drafter's, attention
 biases, Qwen3-style q/k norms) is refused by name rather than loaded approximately.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,13 @@ LAYER = {
     "hidden_norm.weight": "hidden_norm.weight",
     "post_attn_norm.weight": "post_attention_layernorm.weight",
 }
-OUTSIDE = {"fc.weight": "fc.weight", "final_norm.weight": "norm.weight", "lm_head.weight": "lm_head.weight",
-           "d2t": "d2t", "t2d": "t2d"}
+OUTSIDE = {
+    "fc.weight": "fc.weight",
+    "final_norm.weight": "norm.weight",
+    "lm_head.weight": "lm_head.weight",
+    "d2t": "d2t",
+    "t2d": "t2d",
+}
 PREFIX = {"eagle": "midlayer.", "speculators": "layers.0."}
 
 
@@ -74,8 +80,10 @@ def checkpoint_folder(path: str) -> Path:
     try:
         return Path(snapshot_download(repo_id=path, allow_patterns=["*.json", "*.safetensors", "*.bin"]))
     except Exception as exc:  # offline, unknown repo, no access: one line that names it
-        raise CheckpointError(f"drafter path {path}: cannot fetch it from the Hugging Face hub "
-                              f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+        raise CheckpointError(
+            f"drafter path {path}: cannot fetch it from the Hugging Face hub "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
 
 
 def read_folder(folder: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
@@ -120,11 +128,14 @@ def layer_settings(config: dict, layout: str) -> dict:
     layer = dict(config.get("transformer_layer_config") or {})
     model_type = layer.pop("model_type", "llama")
     if model_type != "llama":
-        raise CheckpointError(f"config.json: transformer_layer_config.model_type {model_type!r}: only Llama "
-                              "decoder layers are supported (Qwen3 layers add q/k norms)")
+        raise CheckpointError(
+            f"config.json: transformer_layer_config.model_type {model_type!r}: only Llama "
+            "decoder layers are supported (Qwen3 layers add q/k norms)"
+        )
     if "norm_before_residual" not in config:
-        raise CheckpointError("config.json: no norm_before_residual (speculators reads its absence as false, vLLM "
-                              "as true); set it")
+        raise CheckpointError(
+            "config.json: no norm_before_residual (speculators reads its absence as false, vLLM as true); set it"
+        )
     # what was left out equals LlamaConfig()'s own defaults (not values derived from the saved fields)
     defaults = CONFIG_MAPPING["llama"]().to_dict()
     if "rope_theta" in layer or "rope_scaling" in layer:  # older spellings replace the newer default
@@ -144,8 +155,9 @@ def captured(config: dict, target_layers: int) -> tuple[int, ...]:
     else:
         return capture_layers(target_layers, "tri")
     if len(ids) != 3 or len(set(ids)) != 3 or min(ids) < 0 or max(ids) > target_layers:
-        raise CheckpointError(f"config.json: captured layers {list(ids)} do not fit a target with hidden states "
-                              f"0..{target_layers}")
+        raise CheckpointError(
+            f"config.json: captured layers {list(ids)} do not fit a target with hidden states 0..{target_layers}"
+        )
     return ids
 
 
@@ -163,20 +175,25 @@ def drafter_config(config: dict, target_layers: int, vocab_size: int, weights=()
 def _drafter_config(config: dict, target_layers: int, vocab_size: int, weights: set) -> DrafterConfig:
     layout = layout_of(config)
     layer = layer_settings(config, layout)
-    for flag, why in (("norm_before_residual", "the residual after hidden_norm"),
-                      ("norm_before_fc", "one norm over the concatenated streams"),
-                      ("attention_bias", "biased attention projections"),
-                      ("mlp_bias", "biased MLP projections")):
+    for flag, why in (
+        ("norm_before_residual", "the residual after hidden_norm"),
+        ("norm_before_fc", "one norm over the concatenated streams"),
+        ("attention_bias", "biased attention projections"),
+        ("mlp_bias", "biased MLP projections"),
+    ):
         if config.get(flag) or layer.get(flag):
             raise CheckpointError(f"config.json: {flag}: true ({why}) is not supported")
     if int(layer.get("num_hidden_layers") or 1) != 1:
-        raise CheckpointError(f"config.json: num_hidden_layers {layer['num_hidden_layers']}: only one-layer "
-                              "EAGLE-3 drafters are supported")
+        raise CheckpointError(
+            f"config.json: num_hidden_layers {layer['num_hidden_layers']}: only one-layer "
+            "EAGLE-3 drafters are supported"
+        )
     hidden, heads = int(layer["hidden_size"]), int(layer["num_attention_heads"])
     target_hidden = config.get("target_hidden_size") or hidden
     if target_hidden != hidden:
-        raise CheckpointError(f"config.json: target_hidden_size {target_hidden} differs from hidden_size {hidden}: "
-                              "not supported")
+        raise CheckpointError(
+            f"config.json: target_hidden_size {target_hidden} differs from hidden_size {hidden}: not supported"
+        )
     if layout == "eagle" and config.get("norm_output") is False:
         raise CheckpointError("config.json: norm_output: false (no final norm before the head) is not supported")
     vocab = int(layer.get("vocab_size") or vocab_size)
@@ -190,13 +207,19 @@ def _drafter_config(config: dict, target_layers: int, vocab_size: int, weights: 
     except ValueError as exc:
         raise CheckpointError(f"config.json: {str(exc).removeprefix('target: ')}") from None
     return DrafterConfig(
-        hidden_size=hidden, heads=heads, intermediate_size=int(layer["intermediate_size"]), vocab_size=vocab,
+        hidden_size=hidden,
+        heads=heads,
+        intermediate_size=int(layer["intermediate_size"]),
+        vocab_size=vocab,
         capture_layers=captured(config, target_layers),
         norm="post" if layout == "speculators" and config.get("norm_output") else "pre",
         fc_norm=bool(config.get("fc_norm")) or "fc_norm.0.weight" in weights,
         draft_vocab=None if draft_vocab == vocab else draft_vocab,
-        rope_theta=theta, rope_scaling=scaling, rms_eps=float(layer.get("rms_norm_eps") or 1e-6),
-        kv_heads=None if kv_heads == heads else kv_heads, head_dim=None if head_dim == hidden // heads else head_dim,
+        rope_theta=theta,
+        rope_scaling=scaling,
+        rms_eps=float(layer.get("rms_norm_eps") or 1e-6),
+        kv_heads=None if kv_heads == heads else kv_heads,
+        head_dim=None if head_dim == hidden // heads else head_dim,
     )
 
 
@@ -214,8 +237,9 @@ def our_names(state: dict[str, torch.Tensor], layout: str) -> dict[str, torch.Te
         elif not name.startswith(("verifier_", "rotary_emb")):  # never part of the drafter's function
             unknown.append(name)
     if unknown:
-        raise CheckpointError(f"weights {sorted(unknown)[:4]} are not part of a one-layer EAGLE-3 drafter "
-                              f"({layout} layout)")
+        raise CheckpointError(
+            f"weights {sorted(unknown)[:4]} are not part of a one-layer EAGLE-3 drafter ({layout} layout)"
+        )
     return out
 
 
@@ -229,10 +253,13 @@ def import_checkpoint(folder: str | Path, target_embedding: torch.Tensor, target
     weights.setdefault("embed.weight", target_embedding)
     n_out = cfg.draft_vocab or cfg.vocab_size
     if "t2d" in weights and int(weights["t2d"].bool().sum()) != n_out:
-        raise CheckpointError(f"{folder}: t2d marks {int(weights['t2d'].bool().sum())} target ids, not the "
-                              f"draft vocabulary's {n_out}")
-    if "d2t" in weights and (weights["d2t"].shape != (n_out,) or not bool(
-            ((torch.arange(n_out) + weights["d2t"].long()) < cfg.vocab_size).all())):
+        raise CheckpointError(
+            f"{folder}: t2d marks {int(weights['t2d'].bool().sum())} target ids, not the draft vocabulary's {n_out}"
+        )
+    if "d2t" in weights and (
+        weights["d2t"].shape != (n_out,)
+        or not bool(((torch.arange(n_out) + weights["d2t"].long()) < cfg.vocab_size).all())
+    ):
         raise CheckpointError(f"{folder}: d2t does not map {n_out} draft ids into the target's {cfg.vocab_size}")
     if "t2d" in weights and "d2t" not in weights:
         weights["d2t"] = weights["t2d"].nonzero().flatten() - torch.arange(n_out)
@@ -247,10 +274,14 @@ def import_checkpoint(folder: str | Path, target_embedding: torch.Tensor, target
     expected = drafter.state_dict()
     missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
     if missing or extra:
-        raise CheckpointError(f"{folder}: weights do not match config.json: missing {missing[:4]}, "
-                              f"unexpected {extra[:4]}")
-    wrong = [f"{k} {tuple(weights[k].shape)} (config.json says {tuple(v.shape)})" for k, v in expected.items()
-             if weights[k].shape != v.shape]
+        raise CheckpointError(
+            f"{folder}: weights do not match config.json: missing {missing[:4]}, unexpected {extra[:4]}"
+        )
+    wrong = [
+        f"{k} {tuple(weights[k].shape)} (config.json says {tuple(v.shape)})"
+        for k, v in expected.items()
+        if weights[k].shape != v.shape
+    ]
     if wrong:
         raise CheckpointError(f"{folder}: weights do not match config.json: {'; '.join(wrong[:3])}")
     drafter.load_state_dict(weights, strict=True)

@@ -17,6 +17,7 @@ norm, EAGLE-3) or after the final RMSNorm (`post` norm, the attention-drift fix)
 batched measurement); `prefill` + `step` run one chain incrementally with a KV cache (decoding
 and cost timing). Both compute the same function; a test holds them equal.
 """
+
 from __future__ import annotations
 
 import math
@@ -66,7 +67,7 @@ class DrafterConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "DrafterConfig":
+    def from_dict(cls, d: dict) -> DrafterConfig:
         return cls(**{**d, "capture_layers": tuple(d["capture_layers"])})
 
 
@@ -107,7 +108,9 @@ class Eagle3Drafter(nn.Module):
         self.cfg = cfg
         d, n = cfg.hidden_size, len(cfg.capture_layers)
         if cfg.heads % cfg.num_kv_heads:
-            raise ValueError(f"drafter: {cfg.heads} attention heads do not split into {cfg.num_kv_heads} key/value groups")
+            raise ValueError(
+                f"drafter: {cfg.heads} attention heads do not split into {cfg.num_kv_heads} key/value groups"
+            )
         self.head_dim = cfg.dim_per_head
         inner, kv = cfg.heads * self.head_dim, cfg.num_kv_heads * self.head_dim
         self.embed = nn.Embedding(cfg.vocab_size, d)
@@ -130,8 +133,12 @@ class Eagle3Drafter(nn.Module):
         self.lm_head = nn.Linear(d, n_out, bias=False)
         # draft id i is target id i + d2t[i]; t2d marks the target ids the drafter can propose
         self.register_buffer("d2t", torch.zeros(n_out, dtype=torch.long))
-        self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool) if cfg.draft_vocab is None
-                             else torch.zeros(cfg.vocab_size, dtype=torch.bool))
+        self.register_buffer(
+            "t2d",
+            torch.ones(cfg.vocab_size, dtype=torch.bool)
+            if cfg.draft_vocab is None
+            else torch.zeros(cfg.vocab_size, dtype=torch.bool),
+        )
         # derived from the config, not a checkpoint entry; float32 whatever dtype the layers take
         self.rope_freqs = inv_freq(self.head_dim, cfg.rope_theta, cfg.rope_scaling)
 
@@ -195,8 +202,16 @@ class Eagle3Drafter(nn.Module):
         return normed if self.cfg.norm == "post" else h
 
     # ---- all chain steps over a whole sequence --------------------------------------------
-    def forward_steps(self, tokens: torch.Tensor, g0: torch.Tensor, num_steps: int, *, pick=None, noise=None,
-                      rows: torch.Tensor | None = None):
+    def forward_steps(
+        self,
+        tokens: torch.Tensor,
+        g0: torch.Tensor,
+        num_steps: int,
+        *,
+        pick=None,
+        noise=None,
+        rows: torch.Tensor | None = None,
+    ):
         """Unroll `num_steps` chain steps at every position.
 
         tokens: [B, T] token read at each position in step 0 (x_{i+1}); g0: [B, T, d] fused features.
@@ -223,7 +238,7 @@ class Eagle3Drafter(nn.Module):
             vs.append(v)
             # step-0 keys at p <= i - s: [B, H, T, T]
             base = (q @ ks[0].transpose(-1, -2)) * scale
-            allowed = (pos[None, :] <= pos[:, None] - s)
+            allowed = pos[None, :] <= pos[:, None] - s
             base = base.masked_fill(~allowed, float("-inf"))
             diag_scores, diag_vals = [], []
             for sp in range(1, s + 1):  # the chain's own keys: step sp sits at position i - (s - sp)
@@ -294,10 +309,12 @@ class Eagle3Drafter(nn.Module):
         old_k, old_v = tree_kv if tree_kv is not None else (k[:, :, :0], v[:, :, :0])
         new_k, new_v = torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=2)
         committed = torch.ones(W, cache[0].shape[2], dtype=torch.bool, device=tokens.device)
-        mask = torch.cat([committed, visible.to(tokens.device), torch.eye(W, dtype=torch.bool, device=tokens.device)],
-                         dim=1)
-        attn = F.scaled_dot_product_attention(q, torch.cat([cache[0], new_k], dim=2),
-                                              torch.cat([cache[1], new_v], dim=2), attn_mask=mask)
+        mask = torch.cat(
+            [committed, visible.to(tokens.device), torch.eye(W, dtype=torch.bool, device=tokens.device)], dim=1
+        )
+        attn = F.scaled_dot_product_attention(
+            q, torch.cat([cache[0], new_k], dim=2), torch.cat([cache[1], new_v], dim=2), attn_mask=mask
+        )
         h, logits, normed = self._finish(g[None], attn, gate)
         return (new_k, new_v), logits[0], self.chain_input(h, normed)[0]
 

@@ -1,5 +1,6 @@
 """The EAGLE-3 family as the engine's proposer (workers/decoding/chain.py): drafts from the drafter's
 own KV cache, fed the target's hidden states of every committed token."""
+
 from __future__ import annotations
 
 import torch
@@ -55,7 +56,12 @@ class EagleProposer:
             visible = layout.ancestry[inner][:, ran] if ran else torch.zeros(len(inner), 0, dtype=torch.bool)
             tree_kv, out, chain = self.drafter.tree_step(
                 torch.tensor([tokens[i] for i in inner], device=device),
-                torch.stack([chains[layout.parent[i]] for i in inner]), self.cache, tree_kv, visible, self.pos + d)
+                torch.stack([chains[layout.parent[i]] for i in inner]),
+                self.cache,
+                tree_kv,
+                visible,
+                self.pos + d,
+            )
             for j, i in enumerate(inner):
                 logits[i], chains[i] = self.drafter.full_logits(out[j].float()), chain[j]
             ran += inner

@@ -4,6 +4,7 @@ Loss: sum_s 0.8^s * softCE(target's next-token distribution, drafter step s), s 
 Step s at position i continues a chain that started s positions earlier, so only positions
 i >= s carry a loss at step s.
 """
+
 from __future__ import annotations
 
 import time
@@ -11,20 +12,28 @@ import time
 import torch
 import torch.nn.functional as F
 
-from workers.drafters.eagle3.model import DrafterConfig, Eagle3Drafter, capture_layers, drafter_from_target
-from workers.drafters.eagle3.checkpoint import save_eagle3
-from workers.models.features import HeadRows, target_pass
-from workers.runtime.lr_schedule import warmup_cosine_lr
-from workers.models.rope import rope_settings
 from workers.data.regenerate import training_text
 from workers.data.target_features import FeatureBatches
 from workers.data.tokenizer import sample_windows, token_stream
+from workers.drafters.eagle3.checkpoint import save_eagle3
+from workers.drafters.eagle3.model import DrafterConfig, Eagle3Drafter, capture_layers, drafter_from_target
+from workers.models.features import HeadRows, target_pass
+from workers.models.rope import rope_settings
+from workers.runtime.lr_schedule import warmup_cosine_lr
 
 TTT_DECAY = 0.8
 
 
-def drafter_config_for(target, *, norm: str, fc_norm: bool, fusion: str, attention: str = "standard",
-                       draft_vocab: int | None = None, capture: list[int] | None = None) -> DrafterConfig:
+def drafter_config_for(
+    target,
+    *,
+    norm: str,
+    fc_norm: bool,
+    fusion: str,
+    attention: str = "standard",
+    draft_vocab: int | None = None,
+    capture: list[int] | None = None,
+) -> DrafterConfig:
     c = target.config
     vocab = target.get_output_embeddings().weight.shape[0]
     layers = capture_layers(c.num_hidden_layers, fusion, capture)
@@ -84,7 +93,7 @@ def _mean(values: torch.Tensor, mask: torch.Tensor | None, s: int) -> torch.Tens
     """Mean over the positions step s scores; with a mask, over those whose target position is kept."""
     if mask is None:
         return values.mean()
-    w = mask[:, 1 + s:].float()
+    w = mask[:, 1 + s :].float()
     return (values * w).sum() / w.sum().clamp(min=1.0)
 
 
@@ -126,8 +135,12 @@ def _sources(target, tokenizer, train, capture, data, features):
     if train.corpus != "regenerated":
         chars = max(300_000, train.steps * train.batch_size * train.seq_len * 4)
         batches = CorpusBatches(target, tokenizer, train.corpus, "train", chars, capture)
-        return (batches, CorpusBatches(target, tokenizer, train.corpus, "heldout", 200_000, capture), batches.stream,
-                batches.stream.numel())
+        return (
+            batches,
+            CorpusBatches(target, tokenizer, train.corpus, "heldout", 200_000, capture),
+            batches.stream,
+            batches.stream.numel(),
+        )
     if data is None or features is None:
         raise ValueError("train.corpus 'regenerated' needs the target's regenerated text and features as inputs")
     text = training_text(data, train.seq_len)
@@ -140,8 +153,15 @@ def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None, d
     the target's regenerated text and its states (Dataset results), for `train.corpus: regenerated`.
     Returns (files, metrics)."""
     torch.manual_seed(seed)
-    cfg = drafter_config_for(target, norm=spec.norm, fc_norm=spec.fc_norm, fusion=spec.fusion,
-                             attention=spec.attention, draft_vocab=spec.draft_vocab, capture=spec.capture_layers)
+    cfg = drafter_config_for(
+        target,
+        norm=spec.norm,
+        fc_norm=spec.fc_norm,
+        fusion=spec.fusion,
+        attention=spec.attention,
+        draft_vocab=spec.draft_vocab,
+        capture=spec.capture_layers,
+    )
     train = spec.train
     batches, val, stream, data_tokens = _sources(target, tokenizer, train, cfg.capture_layers, data, features)
     draft_ids = most_frequent(stream, cfg.vocab_size, cfg.draft_vocab) if cfg.draft_vocab else None
@@ -170,7 +190,12 @@ def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None, d
     with torch.no_grad():
         ids, streams, logits, mask = val.sample(16, train.seq_len, gen, device, vocab)
         val_loss, agree = ttt_loss(drafter, streams, logits, ids, train.ttt_depth, mask)
-    metrics = {"train_loss": loss_v, "val_loss": val_loss.item(), "train_seconds": seconds,
-               "data_tokens": data_tokens, "tokens_seen": steps * train.batch_size * train.seq_len}
+    metrics = {
+        "train_loss": loss_v,
+        "val_loss": val_loss.item(),
+        "train_seconds": seconds,
+        "data_tokens": data_tokens,
+        "tokens_seen": steps * train.batch_size * train.seq_len,
+    }
     metrics.update({f"val_top1_step{s}": a for s, a in enumerate(agree)})
     return save_eagle3(drafter, next(target.parameters()).dtype), metrics  # stored in the dtype it runs in

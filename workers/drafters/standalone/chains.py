@@ -1,4 +1,5 @@
 """A standalone draft model's chains for acceptance measurement, each drafted from its own KV cache."""
+
 from __future__ import annotations
 
 import torch

@@ -1,6 +1,7 @@
 """The standalone family as the rest of specfleet sees it: what loads, drafts, proposes, times and
 exports an independent draft model. It has no drift diagnostics (no hidden-state chaining).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,8 +43,10 @@ class StandaloneFamily:
         d = model.get_output_embeddings().weight.shape[0]
         t = target.get_output_embeddings().weight.shape[0]
         if d != t:  # a draft model must score the target's token ids
-            raise ValueError(f"drafter: vocabulary size {d} differs from the target's {t}; "
-                             "a standalone drafter must share the target's tokenizer")
+            raise ValueError(
+                f"drafter: vocabulary size {d} differs from the target's {t}; "
+                "a standalone drafter must share the target's tokenizer"
+            )
         return model
 
     def chains(self, model, target, depth: int) -> ModelChains:
@@ -85,7 +88,9 @@ class StandaloneFamily:
 
         return {w: timer(w) for w in widths}
 
-    def export(self, checkpoint: Path, out: Path, layout: str = "eagle3", verifier: str | None = None) -> tuple[str, str]:
+    def export(
+        self, checkpoint: Path, out: Path, layout: str = "eagle3", verifier: str | None = None
+    ) -> tuple[str, str]:
         """A draft model is served from its Hugging Face folder as it is."""
         if layout != "eagle3":
             raise ValueError(f"a draft model is served from its own folder; the {layout} format holds EAGLE-3 heads")

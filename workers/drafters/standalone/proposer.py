@@ -1,5 +1,6 @@
 """A standalone draft model as the engine's proposer (workers/decoding/chain.py): drafts from its own
 KV cache, fed only tokens."""
+
 from __future__ import annotations
 
 import torch
@@ -26,8 +27,10 @@ class ModelProposer:
         device = next(self.model.parameters()).device
         feed, drafts, qs = self.pending, [], []
         self.fed_before = len(self.pending)
-        for j in range(depth):
-            logits, self.cache, _ = cached_forward_states(self.model, torch.tensor([feed], device=device), self.cache, ())
+        for _ in range(depth):
+            logits, self.cache, _ = cached_forward_states(
+                self.model, torch.tensor([feed], device=device), self.cache, ()
+            )
             full = logits[0, -1].float()
             tok = int(sample(full, temperature, gen))
             drafts.append(tok)
@@ -42,7 +45,9 @@ class ModelProposer:
         Returns (tokens of nodes 1..n, {node index: the q its children were drawn from}). The tree's
         entries leave the cache afterwards: the accepted drafts are fed again with the next round."""
         device = next(self.model.parameters()).device
-        out, self.cache, _ = cached_forward_states(self.model, torch.tensor([self.pending], device=device), self.cache, ())
+        out, self.cache, _ = cached_forward_states(
+            self.model, torch.tensor([self.pending], device=device), self.cache, ()
+        )
         base = self.cache.get_seq_length()  # the root (the newest committed token) sits at base - 1
         tokens = [0] * (layout.n + 1)
         qs: dict[int, torch.Tensor] = {}
@@ -55,8 +60,12 @@ class ModelProposer:
                 break
             mask = layout.ancestry[inner][:, ran + inner]
             step, self.cache, _ = tree_forward_states(
-                self.model, torch.tensor([[tokens[i] for i in inner]], device=device),
-                torch.full((1, len(inner)), base - 1 + d, device=device), mask, self.cache)
+                self.model,
+                torch.tensor([[tokens[i] for i in inner]], device=device),
+                torch.full((1, len(inner)), base - 1 + d, device=device),
+                mask,
+                self.cache,
+            )
             for j, i in enumerate(inner):
                 logits[i] = step[0, j].float()
             ran += inner

@@ -1,16 +1,18 @@
 """Standalone drafters: an independent small causal LM that shares the target's tokenizer."""
+
 from __future__ import annotations
 
 import torch
 
 from pipeline.core.files import Files
-from workers.models.loading import pack_model
 from workers.data.regenerate import training_text
+from workers.models.loading import pack_model
 from workers.models.target import build_tiny_llama, corpus_batches, train_lm
 
 
-def train_standalone(*, target, tokenizer, spec, seed: int, device, progress=None, data=None,
-                     features=None) -> tuple[Files, dict]:
+def train_standalone(
+    *, target, tokenizer, spec, seed: int, device, progress=None, data=None, features=None
+) -> tuple[Files, dict]:
     """A tiny Llama trained from scratch with the target's tokenizer, on a built-in corpus or, with
     `train.corpus: regenerated`, on the target's own answers (`data`: sequence-level distillation).
 
@@ -19,8 +21,12 @@ def train_standalone(*, target, tokenizer, spec, seed: int, device, progress=Non
     builtin = spec.builtin
     torch.manual_seed(seed)
     model = build_tiny_llama(
-        vocab_size=len(tokenizer), hidden_size=builtin.hidden_size, layers=builtin.layers,
-        heads=builtin.heads, intermediate_size=builtin.intermediate_size, max_positions=4096,
+        vocab_size=len(tokenizer),
+        hidden_size=builtin.hidden_size,
+        layers=builtin.layers,
+        heads=builtin.heads,
+        intermediate_size=builtin.intermediate_size,
+        max_positions=4096,
         tokenizer=tokenizer,
     )
     train = builtin.train

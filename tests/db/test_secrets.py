@@ -1,0 +1,93 @@
+"""No password or token from any connection-string form reaches output, logs, MLflow or the database."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.paths import REPO
+
+from db.secrets import mask_secrets
+from db.store import Store, StoreError
+from pipeline.run.tracking import flatten
+
+SECRET = "s3cr3t-Pa55"
+FORMS = [
+    (f"postgresql+psycopg://me:{SECRET}@db.example:5432/tuning", "postgresql+psycopg://me:***@db.example:5432/tuning"),
+    (
+        f"postgresql://db.example/tuning?user=me&password={SECRET}&sslmode=require",
+        "postgresql://db.example/tuning?user=me&password=***&sslmode=require",
+    ),
+    (f"host=db.example user=me password={SECRET} dbname=tuning", "host=db.example user=me password=*** dbname=tuning"),
+    (f"host=db.example password='{SECRET} with space' dbname=tuning", "host=db.example password=*** dbname=tuning"),
+    (f"http://admin:{SECRET}@mlflow.example:5000", "http://admin:***@mlflow.example:5000"),
+    (f"https://mlflow.example/api?token={SECRET}#x", "https://mlflow.example/api?token=***#x"),
+    (f"postgresql://me:p@{SECRET}@db.example/tuning", "postgresql://me:***@db.example/tuning"),  # unencoded @
+    (f"HF_TOKEN={SECRET} MLFLOW_TRACKING_PASSWORD={SECRET}", "HF_TOKEN=*** MLFLOW_TRACKING_PASSWORD=***"),
+    (f"Authorization: Bearer {SECRET}", "Authorization: Bearer ***"),
+    (f"password: {SECRET}", "password: ***"),
+    (f'{{"api_key": "{SECRET}"}}', '{"api_key": ***}'),
+]
+
+
+@pytest.mark.parametrize("text,masked", FORMS)
+def test_every_form_is_masked_and_the_rest_kept(text, masked):
+    assert mask_secrets(text) == masked and SECRET not in mask_secrets(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "sqlite:////tmp/x/specfleet.db",
+        "postgresql+psycopg://me@db/tuning",
+        "http://127.0.0.1:5000",
+        "a tokenizer=fast run",
+        "the password was wrong",
+    ],
+)
+def test_text_without_a_secret_is_unchanged(text):
+    assert mask_secrets(text) == text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"postgresql://me:{SECRET}@127.0.0.1:1/x",
+        f"postgresql://127.0.0.1:1/x?user=me&password={SECRET}",
+        f"postgresql+psycopg:///x?host=127.0.0.1&port=1&password={SECRET}",
+    ],
+)
+def test_a_database_that_cannot_be_opened_names_it_without_the_password(url):
+    with pytest.raises(StoreError) as caught:
+        Store(url)
+    assert SECRET not in str(caught.value) and "***" in str(caught.value)
+
+
+def test_mlflow_params_hold_no_secret():
+    params = flatten({"targets": [{"hf": f"https://me:{SECRET}@hub.example/m"}], "env": {"HF_TOKEN": SECRET}})
+    assert all(SECRET not in v for v in params.values())
+
+
+@pytest.mark.parametrize("option", ["--db", "--mlflow"])
+def test_the_cli_prints_no_secret(tmp_path, option):
+    url = (
+        f"postgresql://me:{SECRET}@127.0.0.1:1/x?password={SECRET}"
+        if option == "--db"
+        else f"http://me:{SECRET}@127.0.0.1:1/?token={SECRET}"
+    )
+    spec = REPO / "experiments" / "quickstart.yaml"
+    exe = Path(sys.executable).with_name("specfleet")
+    for args in (["run", str(spec)], ["best"], ["status"]):
+        if option == "--mlflow" and args[0] != "run":
+            continue
+        done = subprocess.run(
+            [str(exe), *args, option, url, "--workdir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        )
+        assert done.returncode != 0 and "***" in done.stderr, (args, done.stderr[-500:])
+        assert SECRET not in done.stdout + done.stderr, (args, done.stderr[-500:])

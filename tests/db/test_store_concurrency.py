@@ -1,0 +1,114 @@
+"""Many processes writing tuned configs at once, on SQLite and PostgreSQL: nothing lost, no error.
+
+Each writer is its own process with its own Store, as concurrent `autotune --from-metrics`
+invocations and runs on one database are. They start together (a barrier) and each adds its
+versions; afterwards every measurement is stored, the versions of a workload are 1..N with no
+gap, and exactly one is active.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import traceback
+from pathlib import Path
+
+import pytest
+from support.paths import DATA
+
+from db.store import Store
+
+CONTEXT = mp.get_context("spawn")  # fresh interpreters: no engine or connection shared with the parent
+
+
+def _writer(url: str, index: int, versions: int, workloads: int, barrier, report: str) -> None:
+    try:
+        store = Store(url)  # every writer opens (and, on a new database, upgrades) the schema itself
+        barrier.wait(timeout=120)
+        for n in range(versions):
+            store.add_production_config(
+                target="t",
+                drafter=f"d{(index + n) % workloads}",
+                hardware="cpu",
+                condition="default",
+                temperature=0.0,
+                depth=1 + n % 4,
+                accept_len=1.5,
+                speedup=1.1,
+                cost_ratio=0.1,
+                code_version="v",
+                notes=f"writer {index} measurement {n}",
+            )
+        store.close()
+    except BaseException:  # reported to the parent, which fails the test with it
+        Path(report).write_text(f"writer {index}: {traceback.format_exc()}")
+
+
+@pytest.mark.parametrize("writers", [16])  # and 8 concurrent autotune commands below
+def test_concurrent_writers_lose_nothing(db_url, writers, tmp_path):  # noqa: F811 (db_url is the fixture)
+    versions, workloads = 3, 2
+    barrier = CONTEXT.Barrier(writers)
+    procs = [
+        CONTEXT.Process(target=_writer, args=(db_url, i, versions, workloads, barrier, str(tmp_path / f"err{i}")))
+        for i in range(writers)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    failures = [f.read_text() for f in sorted(tmp_path.glob("err*"))]
+    assert not failures, "\n".join(failures)
+    assert all(p.exitcode == 0 for p in procs)
+    with Store(db_url) as store:
+        rows = store.best(history=True)
+    assert len(rows) == writers * versions  # every measurement stored
+    notes = {r["notes"] for r in rows}
+    assert notes == {f"writer {i} measurement {n}" for i in range(writers) for n in range(versions)}
+    for w in range(workloads):
+        mine = [r for r in rows if r["drafter"] == f"d{w}"]
+        assert sorted(r["version"] for r in mine) == list(range(1, len(mine) + 1))  # gap-free
+        assert sum(r["active"] for r in mine) == 1
+        assert next(r for r in mine if r["active"])["version"] == len(mine)  # the newest is the active one
+
+
+def test_concurrent_autotune_from_metrics_invocations_all_land(db_url, tmp_path):  # noqa: F811
+    """8 `specfleet autotune --from-metrics` processes at once, as 8 production re-tunes are."""
+    import os
+    import subprocess
+    import sys
+
+    metrics = DATA / "vllm_metrics" / "dflash_k7_window.prom"
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    (drafter / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    exe = Path(sys.executable).with_name("specfleet")
+    env = {**os.environ, "SPECFLEET_DB": db_url}
+    procs = [
+        subprocess.Popen(
+            [
+                str(exe),
+                "autotune",
+                "--engine",
+                "vllm",
+                "--from-metrics",
+                str(metrics),
+                "--cost-ratio",
+                "0.1",
+                "--drafter-path",
+                str(drafter),
+                "--method",
+                "eagle3",
+                "--workdir",
+                str(tmp_path),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(8)
+    ]
+    outcomes = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert all(rc == 0 and "Traceback" not in err for rc, err in outcomes), outcomes
+    with Store(db_url) as store:
+        rows = store.best(history=True)
+    assert sorted(r["version"] for r in rows) == list(range(1, 9)) and sum(r["active"] for r in rows) == 1

@@ -1,0 +1,89 @@
+"""MLflow logging into a temporary SQLite store: runs are found again, curves use step = depth."""
+
+from __future__ import annotations
+
+from mlflow.tracking import MlflowClient
+
+from db.store import Store
+from pipeline.core.contracts import DiagnosticValue, Measured
+from pipeline.core.types import Curve
+from pipeline.plan import Job
+from pipeline.run.record import Recording, finished, record_measured
+from pipeline.run.tracking import TAG_JOB, Tracker, flatten
+
+
+def test_flatten_nested_params():
+    assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": "x"}) == {"a.b": "1", "a.c": "[1, 2]", "d": "x"}
+
+
+def test_parent_and_child_runs_with_curve(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, str(tmp_path / "artifacts"))
+    exp_id, parent = tracker.parent_run(experiment="specfleet/t", spec_hash="abc", params={"seed": 1}, tags={})
+    assert tracker.parent_run(experiment="specfleet/t", spec_hash="abc", params={"seed": 1}, tags={}) == (
+        exp_id,
+        parent,
+    )
+    _, other = tracker.parent_run(experiment="specfleet/t", spec_hash="def", params={"seed": 2}, tags={})
+    assert other != parent
+
+    job = Job("measure_curve", "measure_curve t/d", None, (), "h" * 64, 1, 0, "t", "d")
+    run_id = tracker.start_job(
+        exp_id,
+        parent,
+        job_hash=job.hash,
+        kind=job.kind,
+        name=job.name,
+        params={"evaluation": {"max_depth": 3}},
+        tags={},
+    )
+    curve = Curve(
+        "default",
+        0.0,
+        10,
+        (0.8, 0.5, 0.5),
+        (0.8, 0.4, 0.2),
+        (1.0, 1.8, 2.2, 2.4),
+        decode_accept_len=(1.0, 1.7, 2.0, 2.1),
+    )
+    other = Curve("no_template", 0.0, 10, (0.5, 0.5, 0.5), (0.5, 0.25, 0.125), (1.0, 1.5, 1.75, 1.875))
+    diagnostics = tuple(
+        DiagnosticValue(condition="default", temperature=0.0, depth=k, name="rms", value=1.0 + k) for k in (1, 2, 3)
+    )
+    measured = Measured(curves=(curve, other), per_prompt=((), ()), walks=((), ()), diagnostics=diagnostics)
+    store = Store(f"sqlite:///{tmp_path / 'specfleet.db'}")
+    store.link_job(
+        store.ensure_experiment(name="t", spec_hash="abc", spec_yaml="", code_version="v"),
+        job_hash=job.hash,
+        kind=job.kind,
+        name=job.name,
+        config={},
+    )
+    record_measured(job, measured, Recording(tracker, store, run_id, 1, "abc", "v", {}))
+    assert finished(store, "measure_curve", job.hash) == measured  # the typed result comes back as it went in
+    assert [r["survival"] for r in store.curve_rows(condition="default")] == [0.8, 0.4, 0.2]
+    assert [r["value"] for r in store.diagnostic_rows(condition="default")] == [2.0, 3.0, 4.0]
+    store.close()
+    client = MlflowClient(uri)
+    assert client.get_run(run_id).info.status == "RUNNING"
+    tracker.end(run_id, ok=True)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags[TAG_JOB] == job.hash and run.data.tags["mlflow.parentRunId"] == parent
+    assert run.data.params["evaluation.max_depth"] == "3"
+    acc = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "accept_len"))
+    assert acc == [(0, 1.0), (1, 1.8), (2, 2.2), (3, 2.4)]
+    # metrics carry the run's real start time (not 1970), one per run: a value logged again is the same point
+    assert {m.timestamp for m in client.get_metric_history(run_id, "accept_len")} == {run.info.start_time}
+    assert run.info.start_time > 1_700_000_000_000
+    Tracker(uri).log_all(run_id, series={"accept_len": [(1, 1.8)]})  # a record retried by another driver
+    assert len(client.get_metric_history(run_id, "accept_len")) == 4
+    surv = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "survival"))
+    assert surv == [(1, 0.8), (2, 0.4), (3, 0.2)]
+    other_acc = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "accept_len/no_template/T0"))
+    assert other_acc == [(0, 1.0), (1, 1.5), (2, 1.75), (3, 1.875)]
+    rms = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "rms/default/T0"))
+    assert rms == [(1, 2.0), (2, 3.0), (3, 4.0)]
+    walk = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "decode_accept_len"))
+    assert walk == [(0, 1.0), (1, 1.7), (2, 2.0), (3, 2.1)]
+    assert client.list_artifacts(run_id) == []  # no figure drawn per job: MLflow charts the series

@@ -1,0 +1,239 @@
+"""Planning: the job graph and content hashes (stable when nothing changed, sensitive otherwise)."""
+
+from __future__ import annotations
+
+import yaml
+
+from pipeline.plan import build_plan
+from pipeline.spec import parse_spec
+
+BASE = {
+    "name": "p",
+    "seed": 3,
+    "targets": [{"name": "t", "builtin": {"layers": 4, "hidden_size": 64, "heads": 4}}],
+    "drafters": [
+        {"name": "pre", "kind": "eagle3", "norm": "pre", "train": {"ttt_depth": 2, "lr": 0.003}},
+        {"name": "post", "kind": "eagle3", "norm": "post", "train": {"ttt_depth": 2, "lr": 0.003}},
+    ],
+    "evaluation": {"max_depth": 4},
+}
+
+
+def plan_of(data: dict, code: str = "v1"):
+    return build_plan(parse_spec(yaml.safe_dump(data)), code)
+
+
+def hashes(plan) -> dict[str, str]:
+    return {j.name: j.hash for j in plan.jobs}
+
+
+def modified(path: list, value) -> dict:
+    data = yaml.safe_load(yaml.safe_dump(BASE))
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return data
+
+
+def test_graph_shape_and_order():
+    plan = plan_of(BASE)
+    kinds = [j.kind for j in plan.jobs]
+    assert kinds.count("train_target") == 1
+    assert kinds.count("train_drafter") == kinds.count("measure_curve") == kinds.count("select_depth") == 2
+    seen = set()
+    for job in plan.jobs:  # dependencies always come first
+        assert all(h in seen for _, h in job.deps), job.name
+        seen.add(job.hash)
+    select = next(j for j in plan.jobs if j.kind == "select_depth")
+    dep_kinds = {plan.by_hash()[h].kind for _, h in select.deps}
+    assert dep_kinds == {"measure_curve", "profile_cost"}
+    assert select.config.draft_sampling == "sampled"  # the evaluation's drafting rule travels with the choice
+
+
+def test_hashes_are_stable():
+    a = hashes(plan_of(BASE))
+    reordered = dict(reversed(list(BASE.items())))  # key order in the YAML does not matter
+    assert hashes(plan_of(reordered)) == a
+    assert hashes(plan_of(BASE)) == a
+    assert len(set(a.values())) == len(a)
+
+
+def test_drafter_change_reruns_only_that_drafter_and_downstream():
+    a = hashes(plan_of(BASE))
+    b = hashes(plan_of(modified(["drafters", 0, "train", "lr"], 0.001)))
+    changed = {name for name in a if a[name] != b[name]}
+    assert changed == {"train_drafter t/pre", "measure_curve t/pre", "profile_cost t/pre", "select_depth t/pre"}
+
+
+def test_evaluation_change_keeps_training():
+    a = hashes(plan_of(BASE))
+    b = hashes(plan_of(modified(["evaluation", "max_depth"], 6)))
+    changed = {name.split()[0] for name in a if a[name] != b[name]}
+    assert changed == {"measure_curve", "profile_cost", "select_depth"}
+
+
+def test_target_and_seed_and_code_changes_rerun_everything():
+    a = hashes(plan_of(BASE))
+    for variant in (
+        plan_of(modified(["targets", 0, "builtin", "hidden_size"], 128)),
+        plan_of(modified(["seed"], 4)),
+        plan_of(BASE, code="v2"),
+    ):
+        b = hashes(variant)
+        assert all(a[n] != b[n] for n in a)
+
+
+def test_cost_ratio_override_touches_only_selection():
+    a = hashes(plan_of(BASE))
+    b = hashes(plan_of(modified(["cost"], {"cost_ratio": 0.2})))
+    assert {n.split()[0] for n in a if a[n] != b[n]} == {"select_depth"}
+
+
+def test_resources_change_hashes_only_where_they_change_results():
+    a = hashes(plan_of(BASE))
+    more_cpus = hashes(plan_of(modified(["resources"], {"train_drafter": {"num_cpus": 2, "num_gpus": 0}})))
+    assert more_cpus == a  # the same computation on the same kind of device
+    on_gpu = hashes(plan_of(modified(["resources"], {"train_drafter": {"num_cpus": 1, "num_gpus": 1}})))
+    assert {n.split()[0] for n in a if a[n] != on_gpu[n]} == {
+        "train_drafter",
+        "measure_curve",
+        "profile_cost",
+        "select_depth",
+    }
+    timing = hashes(plan_of(modified(["resources"], {"profile_cost": {"num_cpus": 2, "num_gpus": 0}})))
+    assert {n.split()[0] for n in a if a[n] != timing[n]} == {"profile_cost", "select_depth"}
+
+
+def test_standalone_drafters_in_the_plan():
+    data = yaml.safe_load(yaml.safe_dump(BASE))
+    data["drafters"] = [
+        {"name": "small", "kind": "standalone", "builtin": {"layers": 1, "hidden_size": 32, "heads": 2}},
+        {"name": "hub", "kind": "standalone", "hf": "someorg/tiny-draft"},
+    ]
+    plan = plan_of(data)
+    names = [j.name for j in plan.jobs]
+    assert "train_drafter t/small" in names and "train_drafter t/hub" not in names  # an hf model is used as is
+    hub_measure = next(j for j in plan.jobs if j.name == "measure_curve t/hub")
+    assert hub_measure.config.drafter.hf == "someorg/tiny-draft"
+    assert hub_measure.config.drafter.kind == "standalone"
+    assert {n for n, _ in hub_measure.deps} == {"target"}
+    small_measure = next(j for j in plan.jobs if j.name == "measure_curve t/small")
+    assert {n for n, _ in small_measure.deps} == {"target", "drafter"}
+
+
+def test_every_job_carries_its_kinds_typed_config():
+    from pipeline.core.kinds import KINDS
+
+    data = modified(["validation"], {"num_prompts": 4})
+    data["drafters"][1]["train"]["corpus"] = "regenerated"
+    plan = plan_of(data)
+    assert {j.kind for j in plan.jobs} == set(KINDS)
+    for job in plan.jobs:
+        assert type(job.config) is KINDS[job.kind].config
+        assert {name for name, _ in job.deps} <= set(KINDS[job.kind].inputs)
+
+
+def test_renaming_a_drafter_keeps_its_training_and_cost_profile():
+    renamed = modified(["drafters"], [{**BASE["drafters"][0], "name": "pre2"}, BASE["drafters"][1]])
+    before, after = hashes(plan_of(BASE)), hashes(plan_of(renamed))
+    assert after["train_drafter t/pre2"] == before["train_drafter t/pre"]
+    assert after["profile_cost t/pre2"] == before["profile_cost t/pre"]
+    assert after["measure_curve t/pre2"] != before["measure_curve t/pre"]  # its rows are stored under the name
+
+
+def test_validation_adds_an_engine_benchmark_after_each_depth_choice():
+    assert "measure_speedup" not in {j.kind for j in plan_of(BASE).jobs}
+    plan = plan_of(modified(["validation"], {"num_prompts": 4, "new_tokens": 32}))
+    jobs = plan.by_hash()
+    benches = [j for j in plan.jobs if j.kind == "measure_speedup"]
+    assert len(benches) == 2
+    for bench in benches:
+        deps = {name: jobs[h] for name, h in bench.deps}
+        assert {n: d.kind for n, d in deps.items()} == {
+            "target": "train_target",
+            "drafter": "train_drafter",
+            "depth": "select_depth",
+        }
+        assert deps["depth"].drafter == bench.drafter and bench.config.validation.new_tokens == 32
+        assert bench.config.num_cpus == 1  # timings depend on the threads the job had
+    # the rest of the plan is untouched by validation; a validation change reruns only the benchmarks
+    base = hashes(plan_of(BASE))
+    assert {n: h for n, h in hashes(plan).items() if not n.startswith("measure_speedup")} == base
+    other = hashes(plan_of(modified(["validation"], {"num_prompts": 5, "new_tokens": 32})))
+    assert {n.split()[0] for n in other if other[n] != hashes(plan)[n]} == {"measure_speedup"}
+
+
+def test_validation_fields_are_checked():
+    import pytest
+
+    from pipeline.errors import SpecError
+
+    with pytest.raises(SpecError) as info:
+        plan_of(modified(["validation"], {"num_prompts": 0, "tolerance": 1.5, "bogus": 1}))
+    text = "\n".join(info.value.messages)
+    assert "validation.num_prompts" in text and "validation.tolerance" in text and "validation.bogus" in text
+
+
+def test_validation_of_a_noise_condition_is_refused():
+    import pytest
+
+    from pipeline.errors import SpecError
+
+    data = modified(["evaluation"], {"max_depth": 4, "conditions": [{"noise": "hidden", "a": 0.5}, "default"]})
+    data["validation"] = {}
+    with pytest.raises(SpecError) as info:
+        plan_of(data)
+    assert any(m.startswith("validation: the engine drafts without noise") for m in info.value.messages)
+    data["evaluation"]["conditions"].reverse()  # the depth is chosen for the first condition: fine now
+    assert any(j.kind == "measure_speedup" for j in plan_of(data).jobs)
+
+
+def test_validation_needs_the_engine_timed_where_the_costs_were():
+    import pytest
+
+    from pipeline.errors import SpecError
+
+    data = modified(["validation"], {})
+    data["resources"] = {"profile_cost": {"num_cpus": 2}, "measure_speedup": {"num_cpus": 1}}
+    with pytest.raises(SpecError) as info:
+        plan_of(data)
+    assert any(m.startswith("resources.measure_speedup: give it what profile_cost has") for m in info.value.messages)
+    data["resources"]["measure_speedup"]["num_cpus"] = 2
+    assert sum(j.kind == "measure_speedup" for j in plan_of(data).jobs) == 2
+
+
+def test_drafters_on_regenerated_text_share_one_text_and_one_feature_table_per_fusion():
+    data = yaml.safe_load(yaml.safe_dump(BASE))
+    for d in data["drafters"]:
+        d["train"]["corpus"] = "regenerated"
+    data["drafters"].append({"name": "deep", "norm": "pre", "train": {"ttt_depth": 4, "corpus": "regenerated"}})
+    data["drafters"].append({"name": "last", "fusion": "last", "train": {"corpus": "regenerated"}})
+    data["drafters"].append({"name": "small", "kind": "standalone", "builtin": {"train": {"corpus": "regenerated"}}})
+    data["drafters"].append({"name": "plain", "train": {"corpus": "stdlib"}})
+    plan = plan_of(data)
+    jobs = plan.by_hash()
+    by_kind = lambda k: [j for j in plan.jobs if j.kind == k]  # noqa: E731
+    (text,) = by_kind("regenerate")
+    assert sorted(j.name for j in by_kind("target_features")) == ["target_features t/last", "target_features t/tri"]
+    trains = {j.drafter: dict(j.deps) for j in by_kind("train_drafter")}
+    assert {d for d, deps in trains.items() if deps.get("data") == text.hash} == {
+        "pre",
+        "post",
+        "deep",
+        "last",
+        "small",
+    }
+    tri = {deps["features"] for d, deps in trains.items() if d in ("pre", "post", "deep")}
+    assert len(tri) == 1 and jobs[tri.pop()].name == "target_features t/tri"
+    assert "features" not in trains["small"] and "data" not in trains["plain"]
+    # the text depends on the spec's training_data; changing it re-runs only what trained on it
+    more = dict(data, training_data={"tokens": 5000})
+    changed = {j.name for j in plan_of(more).jobs} - {j.name for j in plan.jobs}
+    assert not changed
+    before, after = hashes(plan), hashes(plan_of(more))
+    assert before["measure_curve t/plain"] == after["measure_curve t/plain"]
+    assert (
+        before["regenerate t"] != after["regenerate t"]
+        and before["train_drafter t/small"] != after["train_drafter t/small"]
+    )

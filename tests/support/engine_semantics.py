@@ -1,0 +1,273 @@
+"""How each serving engine, at a given release, reads a speculative config: the depth it drafts
+at a batch size, or the error it stops with. Written from the engines' own code, apart from
+specfleet's emitters, so that tests can hold what is emitted to what the engine will do.
+
+- vLLM: `SpeculativeConfig` (vllm/config/speculative.py) and the dynamic-depth lookup
+  (vllm/v1/spec_decode/dynamic/utils.py), releases 0.10.2-0.33.0.
+- SGLang: server flags and the adaptive-steps routing (sglang/srt/speculative/
+  adaptive_spec_params.py), releases 0.5.5-0.5.23.
+- TensorRT-LLM: `DecodingBaseConfig` and `draft_len_schedule` (tensorrt_llm/llmapi/llm_args.py).
+- transformers: the assistant's generation config in assisted generation.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import shlex
+from pathlib import Path
+
+import yaml
+from packaging.version import Version
+
+
+class Refused(Exception):
+    """The engine stops at start-up with this error."""
+
+
+def vllm(arg: str, version: str, batch_size: int) -> tuple[str, int]:
+    """(method the engine runs, tokens drafted at this batch size) for `--speculative-config JSON`."""
+    v = Version(version)
+    flag, blob = shlex.split(arg)
+    assert flag == "--speculative-config"
+    config = json.loads(blob)
+    known = {"method", "model", "num_speculative_tokens"}
+    if v >= Version("0.24.0"):
+        known.add("num_speculative_tokens_per_batch_size")
+    if v >= Version("0.21.0"):
+        known.add("draft_sample_method")
+    unknown = set(config) - known
+    if unknown and v >= Version("0.16.0"):
+        raise Refused(f"Extra inputs are not permitted: {sorted(unknown)}")
+    config = {k: x for k, x in config.items() if k in known}  # older releases drop what they do not know
+    method, model = config.get("method"), config["model"]
+    if method is None:
+        method = "draft_model" if v >= Version("0.17.0") else None
+    if method not in ("eagle", "eagle3"):  # a path that names an EAGLE head is served as one
+        if "eagle-" in model.lower():
+            method = "eagle"
+        elif "eagle3" in model.lower():
+            method = "eagle3"
+    if method is None or method == "draft_model" and v < Version("0.15.0"):
+        raise Refused("draft model speculative decoding is not supported")
+    k_max = config["num_speculative_tokens"]
+    if not isinstance(k_max, int) or k_max <= 0:
+        raise Refused("num_speculative_tokens must be > 0")
+    ranges = config.get("num_speculative_tokens_per_batch_size")
+    if ranges is None:
+        return method, k_max
+    ranges = sorted((tuple(r) for r in ranges), key=lambda r: r[0])
+    if any(len(r) != 3 or r[0] <= 0 or r[1] < r[0] or r[2] < 0 for r in ranges) or ranges[0][0] != 1:
+        raise Refused("bad num_speculative_tokens_per_batch_size")
+    if any(b[0] <= a[1] for a, b in zip(ranges, ranges[1:])):
+        raise Refused("ranges must be non-overlapping and sorted")
+    k = ranges[0][2]
+    for lo, _, depth in ranges:  # the last range starting at or below B; a gap or a size past the end keeps its K
+        if lo <= batch_size:
+            k = depth
+    return method, min(k, k_max)
+
+
+def vllm_draft_sampling(arg: str, version: str) -> str | None:
+    """How vLLM draws drafts at temperature > 0 under this config: "greedy" (argmax, verified with
+    q one-hot), "probabilistic" (sampled from q), "gumbel" (0.21), or None before the setting existed."""
+    v = Version(version)
+    config = json.loads(shlex.split(arg)[1])
+    if v < Version("0.21.0"):
+        return None
+    chosen = config.get("draft_sample_method", "greedy")
+    allowed = ("greedy", "gumbel") if v < Version("0.22.0") else ("greedy", "probabilistic")
+    if chosen not in allowed:
+        raise Refused(f"draft_sample_method {chosen!r} not in {allowed}")
+    return chosen
+
+
+def sglang(
+    flags: str, version: str, batch_size: int, *, files_root: Path | None = None, cuda_graph_bs: list[int] | None = None
+) -> tuple[str, int]:
+    """(algorithm, draft steps at this batch size) for a server command line's speculative flags.
+    `cuda_graph_bs`: an explicit decode CUDA-graph capture list (--cuda-graph-bs[-decode])."""
+    v = Version(version)
+    args = shlex.split(flags)
+    opts: dict[str, str | bool] = {}
+    i = 0
+    while i < len(args):
+        if args[i] == "--speculative-adaptive":
+            if v < Version("0.5.11"):
+                raise Refused("unrecognized arguments: --speculative-adaptive")
+            opts["adaptive"] = True
+            i += 1
+        else:
+            opts[args[i].removeprefix("--")] = args[i + 1]
+            i += 2
+    algorithm = opts["speculative-algorithm"]
+    steps, topk = int(opts["speculative-num-steps"]), int(opts["speculative-eagle-topk"])
+    if topk == 1 and int(opts["speculative-num-draft-tokens"]) != steps + 1:
+        raise AssertionError("the server would force num_draft_tokens to steps + 1")
+    if not opts.get("adaptive") or algorithm not in ("EAGLE", "EAGLE3") or topk != 1:
+        return algorithm, steps  # adaptive off (a warning for other algorithms): the static depth
+    path = Path(opts["speculative-adaptive-config"])
+    if files_root is not None:
+        path = files_root / path.name
+    config = json.loads(path.read_text())
+    if v < Version("0.5.13"):
+        steps_list = sorted(set(config.get("candidate_steps", [1, 3, 7])))
+        if len(steps_list) < 2:
+            raise Refused("candidate_steps needs at least two values")
+        raise AssertionError("a flat candidate list: the depth follows acceptance at run time")
+    slots = {}
+    for key, entry in config.items():
+        if not key.isdigit():
+            continue
+        cand = entry.get("candidate_steps")
+        floor = 0 if v >= Version("0.5.14") else 1
+        if not isinstance(cand, list) or not cand or not all(isinstance(s, int) and s >= floor for s in cand):
+            raise Refused(f"BS {key}: bad candidate_steps {cand!r}")
+        slots[int(key)] = sorted(set(cand))
+    if not slots:
+        raise Refused("the adaptive config needs an integer batch-size key")
+    union = sorted({s for c in slots.values() for s in c})
+    if v >= Version("0.5.14") and steps not in union:
+        raise Refused(f"--speculative-num-steps={steps} is not in the adaptive candidate_steps {union}")
+    if cuda_graph_bs is None and v < Version("0.5.14"):  # 0.5.13 routes by the default capture list
+        cuda_graph_bs = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8)]  # an H100's
+    size = batch_size
+    if cuda_graph_bs:
+        graphs = sorted(cuda_graph_bs)
+        at = bisect.bisect_left(graphs, batch_size)
+        size = graphs[at] if at < len(graphs) else batch_size
+    keys = sorted(slots)
+    slot = slots[keys[max(0, bisect.bisect_right(keys, size) - 1)]]
+    if len(slot) != 1:
+        raise AssertionError(f"slot candidates {slot}: the depth follows acceptance at run time")
+    return algorithm, slot[0]
+
+
+def trtllm(text: str, version: str, batch_size: int) -> tuple[str, int]:
+    """(decoding type, draft length at this batch size) for the LLM API options' YAML."""
+    v = Version(version)
+    spec = yaml.safe_load(text)["speculative_config"]
+    kind = spec["decoding_type"]
+    allowed = {"Eagle", "Draft_Target"} | ({"Eagle3"} if v >= Version("1.3.0rc0") else set())
+    if kind not in allowed:
+        raise Refused(f"unknown decoding_type {kind}")
+    fields = {"decoding_type", "max_draft_len", "speculative_model_dir"}
+    if v >= Version("1.2.0"):
+        fields.add("draft_len_schedule")
+    if v >= Version("1.3.0rc0"):
+        fields.add("speculative_model")
+    if set(spec) - fields:
+        raise Refused(f"Extra inputs are not permitted: {sorted(set(spec) - fields)}")
+    top = spec["max_draft_len"]
+    if not isinstance(top, int) or top <= 0:
+        raise Refused("max_draft_len must be > 0")
+    schedule = spec.get("draft_len_schedule")
+    if schedule is None or kind in ("Eagle", "Eagle3") and v < Version("1.3.0rc8"):
+        return kind, top  # before 1.3.0rc8 only the two-model (draft/target) path reads the schedule
+    keys = sorted(schedule)
+    if any(k < 1 for k in keys) or any(d < 0 or d > top for d in schedule.values()):
+        raise Refused("draft_len_schedule keys >= 1, values in 0..max_draft_len")
+    if v >= Version("1.3.0rc8"):  # inclusive upper bounds; larger batches draft nothing
+        if schedule[keys[0]] != top:
+            raise Refused("the smallest key's value must equal max_draft_len")
+        at = bisect.bisect_left(keys, batch_size)
+        return kind, schedule[keys[at]] if at < len(keys) else 0
+    if 1 not in schedule or schedule[1] != top:  # lower bounds, key 1 required
+        raise Refused("draft_len_schedule needs key 1 with the value max_draft_len")
+    return kind, schedule[keys[bisect.bisect_right(keys, batch_size) - 1]]
+
+
+def transformers(text: str, batch_size: int) -> int:
+    """Tokens the assistant drafts a round in HF assisted generation (one sequence at a time)."""
+    if batch_size != 1:
+        raise AssertionError("assisted generation decodes one sequence at a time")
+    settings = json.loads(text)["assistant_generation_config"]
+    if (
+        settings.get("num_assistant_tokens_schedule", "constant") != "constant"
+        or settings.get("assistant_confidence_threshold", 0.4) > 0
+    ):
+        raise AssertionError("the depth moves with acceptance at run time")
+    return settings["num_assistant_tokens"]
+
+
+# -- trees -----------------------------------------------------------------------------------------
+
+
+def _parents_present(tree) -> None:
+    nodes = set(tree)
+    for node in tree:
+        if len(node) > 1 and node[:-1] not in nodes:
+            raise Refused(f"tree node {node} is not connected")
+
+
+def vllm_tree(arg: str, version: str, env: dict | None = None) -> tuple:
+    """The tree vLLM drafts under a config: its levels' sizes give each level's branching, the top
+    ranks first; without `speculative_token_tree` (or without the TREE_ATTN backend), a chain."""
+    import ast
+
+    v = Version(version)
+    parts = shlex.split(arg)
+    config = json.loads(parts[1])
+    backend = dict(zip(parts[2::2], parts[3::2])).get("--attention-backend") or (env or {}).get(
+        "VLLM_ATTENTION_BACKEND"
+    )
+    if "--attention-backend" in parts and v < Version("0.14.0"):
+        raise Refused("unrecognized arguments: --attention-backend")
+    text = config.get("speculative_token_tree")
+    k = config["num_speculative_tokens"]
+    chain = tuple((0,) * d for d in range(1, k + 1))
+    if text is None:
+        return chain
+    if v >= Version("0.21.0"):
+        raise Refused("Extra inputs are not permitted: ['speculative_token_tree']")
+    if v < Version("0.10.1") or backend != "TREE_ATTN":
+        return chain  # declared but unused before 0.10.1; other backends draft a chain
+    tree = sorted(ast.literal_eval(text), key=lambda n: (len(n), n))
+    _parents_present(tree)
+    sizes = [1] + [sum(1 for n in tree if len(n) == d) for d in range(1, max(map(len, tree)) + 1)]
+    drafted, level = [], [()]
+    for above, size in zip(sizes, sizes[1:]):
+        width = size // above
+        level = [p + (r,) for p in level for r in range(width)]
+        drafted += level
+    return tuple(drafted)
+
+
+def sglang_tree(flags: str, version: str) -> tuple[int, int, int]:
+    """(steps, top-k, draft tokens) the server runs with; it picks the nodes within them itself."""
+    args = shlex.split(flags)
+    opts = dict(zip(args[0::2], args[1::2]))
+    steps, topk = int(opts["--speculative-num-steps"]), int(opts["--speculative-eagle-topk"])
+    tokens = int(opts["--speculative-num-draft-tokens"])
+    if topk == 1:
+        tokens = steps + 1
+    if tokens - 1 > topk + (steps - 1) * topk**2:
+        raise Refused("selected index k out of range (torch.topk over the draft candidates)")
+    return steps, topk, tokens
+
+
+def trtllm_tree(text: str, version: str) -> tuple:
+    """("static", tree) for eagle_choices, ("dynamic", depth, top-k, draft tokens) for a dynamic tree."""
+    v = Version(version)
+    spec = yaml.safe_load(text)["speculative_config"]
+    static = {"eagle_choices", "eagle3_one_model"}
+    dynamic = {"use_dynamic_tree", "dynamic_tree_max_topK", "max_total_draft_tokens"}
+    allowed = {"decoding_type", "max_draft_len", "speculative_model_dir", "speculative_model"}
+    if Version("1.2.0rc0") <= v < Version("1.4.0rc0"):
+        allowed |= static
+    if v >= Version("1.4.0rc0"):
+        allowed |= dynamic
+    if set(spec) - allowed:
+        raise Refused(f"Extra inputs are not permitted: {sorted(set(spec) - allowed)}")
+    if "eagle_choices" in spec:
+        if spec.get("eagle3_one_model", True):
+            raise AssertionError("the one-model path ignores eagle_choices: it drafts a chain")
+        tree = sorted({tuple(n) for n in spec["eagle_choices"]}, key=lambda n: (len(n), n))
+        _parents_present(tree)
+        return "static", tuple(tree)
+    if spec.get("use_dynamic_tree"):
+        depth, topk, total = spec["max_draft_len"], spec["dynamic_tree_max_topK"], spec["max_total_draft_tokens"]
+        if topk <= 0 or not depth <= total <= topk * depth:
+            raise Refused("max_total_draft_tokens must lie between max_draft_len and topK x max_draft_len")
+        return "dynamic", depth, topk, total
+    raise AssertionError("no tree in this config")
