@@ -1,6 +1,39 @@
 """A database connection whose reads and writes ride out a brief outage: each body runs in one
 session (one transaction for a write), retried with backoff while the database is unreachable,
-never when it refuses the write or its schema is not this version's."""
+never when it refuses the write or its schema is not this version's.
+
+Outages. A read or write that meets a database that is restarting or unreachable is retried
+with backoff (from 0.05 s, doubling to 2 s) for `$SPECFLEET_DB_RETRY_S` seconds (default 60;
+`specfleet run --retry-s`), each attempt rolled back, so it lands once or not at all; after
+that it is one error naming the database. A write refused by a constraint is not retried, and
+a database missing a column is refused at once, not waited out as an outage. The tests take a
+PostgreSQL server away through a proxy mid-write and bring it back: each write lands once.
+
+Shared databases (db/store.py, db/owners.py):
+- Jobs have owners. A driver claims every job it is about to run, all at once (`jobs.owner`,
+  `jobs.lease_until`; migration 0008), under a lease it renews every 20 s
+  (`$SPECFLEET_LEASE_S`, default 60). A second driver on the same jobs holds nothing and waits
+  while the first holds any of them, then reuses what the first finished; a job is marked
+  running, done or failed only by the driver that holds it, and a failure never overwrites a
+  finished result. The jobs of a driver that died are taken over when its lease runs out, at
+  once when its process on this host is gone; the MLflow runs it left running are ended
+  (killed, or finished when the job had been recorded). The tests kill a driver with SIGKILL
+  at 5 points (tests/support/kill_driver.py: after claiming, in a job, between creating a job's
+  MLflow run and marking it running, between MLflow and the database, after the last job is
+  recorded), run it again, and find the database and MLflow equal to one uninterrupted run's;
+  two drivers started together run every job once.
+- Concurrent writers. Any number of processes (runs, `autotune`, production re-tunes) may
+  write one database at once. A workload's versions are numbered under a lock (a PostgreSQL
+  advisory lock per workload; on SQLite the write lock every transaction takes when it starts,
+  `BEGIN IMMEDIATE`, in WAL mode with a 30 s busy timeout), so versions run 1, 2, ... with no
+  gap and exactly one is active. The tests run 8 and 16 writer processes on each backend, and 8
+  concurrent `autotune --from-metrics` commands on a new database: every version stored, none
+  lost, no error.
+- Secrets are masked as `***` (db/secrets.py) wherever specfleet prints, logs or stores a
+  connection string or an error: URL user info, `?password=` and other secret query
+  parameters, libpq `password=...` strings, `NAME_TOKEN=value` pairs (and `PGPASSWORD`,
+  `AWS_SECRET_ACCESS_KEY`, `*_PASSWD`, `*_API_KEY`) and bearer headers.
+"""
 
 from __future__ import annotations
 

@@ -23,6 +23,11 @@ What is hashed is code, not prose or places:
 Changing how drafters are trained then leaves trained targets reusable, while any change to
 code a job runs re-runs it. (Cf. Hamilton's `hash_source_code`, which strips docstrings and
 comments the same way for its cache keys.)
+
+The tests edit a copy of the source and check the plan: changing the validation verdict's text
+re-runs only measure_speedup; changing the drafter re-runs the drafter's jobs and what depends
+on them, never train_target; changing the depth choice re-runs select_depth and the validation
+that takes its choice.
 """
 
 from __future__ import annotations

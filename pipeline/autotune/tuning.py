@@ -4,6 +4,29 @@ The drafter path in an emitted config must point at something the engine can loa
 default the pairing's trained drafter is exported once into the work directory (the EAGLE-3
 layout for EAGLE drafters; the Hugging Face folder itself for standalone draft models), or
 the user names a path with --drafter-path.
+
+What `specfleet autotune --engine vllm|sglang|trtllm|transformers --target T --drafter D` prints,
+for one engine release (`--engine-version`; pipeline/autotune/engines/registry.py):
+- vLLM: a `--speculative-config` JSON, with `num_speculative_tokens_per_batch_size` when a depth
+  per batch size was measured;
+- SGLang: its flags; a depth per batch size also writes the adaptive-steps file to
+  `DIR/engine-configs/` (one pinned candidate per batch-size range) and adds the flags that
+  switch it on;
+- TensorRT-LLM: `speculative_config` YAML with `draft_len_schedule` in the release's own key
+  semantics;
+- transformers (standalone draft models only): HF assisted-generation settings, the
+  batch-size-1 depth as `num_assistant_tokens`, a constant schedule and no confidence cut-off.
+Where a release cannot express the schedule it gets the batch-size-1 depth at every batch size,
+and a `note:` on stderr says so. When several active versions match (an offline choice and a
+later production re-tune, or several conditions) the newest is used and stderr names the
+others; `--condition` picks another, and versions on several kinds of hardware need
+`--hardware`. Without `--drafter-path` the trained drafter is served as its family says: an
+EAGLE-3 drafter exported once to `DIR/exports/` in the EAGLE-3 layout, or with
+`--export-format speculators` in the speculators format that names its target (variants stock
+engines cannot run are refused); a standalone draft model from its own folder. A `--method`
+that disagrees with the family is an error, and so is a checkpoint or `--drafter-path` that is
+not on this machine (it is named). When the depth is 0 at every batch size nothing is printed
+on stdout (serve without speculation), stderr says so, and the exit status is 0.
 """
 
 from __future__ import annotations

@@ -1,5 +1,53 @@
 """What the `specfleet` commands share: the consoles, the switches that say where things live, and
-opening the database they name."""
+opening the database they name.
+
+The switches only say where things live; everything that changes a result belongs in the spec.
+`--workdir DIR` (default `.specfleet/` in the current folder) holds the embedded defaults: the
+database `sqlite:///DIR/specfleet.db` (`--db`, `$SPECFLEET_DB`), the MLflow store
+`sqlite:///DIR/mlflow.db` with artifacts in `DIR/mlflow-artifacts` (`--mlflow`,
+`$MLFLOW_TRACKING_URI`), the checkpoints in `DIR/checkpoints/` (`specfleet run --checkpoints`,
+`$SPECFLEET_CHECKPOINTS`; pipeline/core/artifacts.py) and the reports.
+
+Where things are stored:
+- MLflow gets one parent run per experiment and one child run per job, tagged
+  `specfleet.job_hash`, with the job config as params; the curves (`cond_accept`, `survival`,
+  `accept_len`, `decode_accept_len`) as metrics with `step = depth`; training losses with
+  `step = training step`; `worker.log`, what the job printed, logged and warned on its Ray
+  worker, with its host, from start to end or to its failure (a failed job's traceback is in
+  the database: `specfleet status --job`); the place of each training and data job's files as
+  tags `specfleet.files_uri`, `specfleet.files_sha256` and `specfleet.files_bytes`. No figures
+  per job: MLflow charts every series by its step, and drawing them on the driver was most of
+  what recording a job cost (experiments/results/fleet_scale/README.md); `specfleet report`
+  draws an experiment's figures once and logs its page (`report.html`, its PNGs and
+  `tables.md`) on the experiment's parent run under `report/` (a comparison under
+  `report-vs-OTHER/`).
+- Reports go to `DIR/reports/EXPERIMENT/` unless `--out` says otherwise; `specfleet run` also
+  leaves a plot of every pairing's curves there (`DIR/reports/EXPERIMENT-curves.png`; up to 24
+  pairings, beyond which one plot cannot tell them apart).
+- The database (SQLAlchemy 2 with Alembic migrations) has these tables:
+  `experiments`; `jobs` (hash, kind, status, attempts, timings, MLflow run id, result);
+  `experiment_jobs`; `curves` (per pairing, condition, temperature, prompt category, "" for
+  every prompt, and depth: `cond_accept`, `survival`, `accept_len`, `decode_accept_len`);
+  `category_depths` (per select job and prompt category: the depth that category gets on its
+  own, its prompts, tokens per pass and predicted speedup); `diagnostics` (the drift
+  diagnostics measured beside a curve, per depth; depth 0: per-stream RMS of the whole curve);
+  `tuned_configs` (versioned: pairing, hardware, condition, depth, schedule, predicted speedup,
+  cost ratio, what the choice maximised, `decode_accept_len` at the depth, how it costed a pass,
+  `cost_model` `timed` or `leviathan` with `pass_cost` per depth when timed, how its curve drew
+  drafts above temperature 0, `draft_sampling`, source, and provenance: curve, cost and drafter
+  jobs, spec hash, code version, MLflow run id, created at); `speedup_checks` (per pairing,
+  hardware and depth k = 0..max_depth: the engine's measured tokens/s, measured and predicted
+  speedup, tokens per target pass; the HF `generate` timings of `compare_hf` stay in the
+  benchmark job's result, which `specfleet speedups` reads); `rank_accepts` (acceptance by rank
+  and depth beside each curve, for draft trees: pipeline/core/trees.py).
+  Only the driver writes. Every write is one transaction, and writes are idempotent on the job
+  hash. The tables are defined once (db/tables.py, with migrations 0001-0009 creating exactly
+  them), and the rows of a job's result are built in one place, db/rows.py, from the typed
+  result. Migration 0005 moved `decode_accept_len` from `diagnostics` into `curves` (rows of
+  older databases move with it) and added the choice's inputs to `tuned_configs`, filled in
+  for older offline versions from their select and cost jobs, so a production re-tune reads
+  how to cost a pass from the tuned config alone.
+"""
 
 from __future__ import annotations
 

@@ -6,6 +6,18 @@ x with draft probability q(x) and target probability p(x) is kept with probabili
 min(1, p(x)/q(x)); at temperature 0, while it equals the target's argmax. The expected
 acceptance at one position is alpha = sum_x min(p(x), q(x)). No torch, Ray, MLflow or SQL
 here: these functions are tested exactly against closed forms.
+
+A decoder does not start a chain at every position, though. After a pass that kept n drafts
+its next chain starts n + 1 positions later, so a hard stretch (one token per pass) weighs
+more per pass than an easy one, and accept_len(k), pooled over positions, overstates what
+decoding gets. `decode_walk` walks the measured chains as a decoder at depth k would;
+`decode_accept_len(k)` is the tokens per target pass of that walk, and it is what the depth
+choice maximises (pipeline/core/choice.py). At temperature 0 the walk is exactly what the
+engine does: a test checks the engine's accepted counts, pass by pass, against it. In the
+quickstart run of 2026-12-02 (experiments/results/quickstart/README.md) the post-norm
+drafter's accept_len(6) is 2.281, its decode_accept_len(6) 1.944, and the engine kept 1.947
+tokens per pass at k = 6 (the engine decodes the held-out validation prompts, the walk the
+curve's prompts).
 """
 
 from __future__ import annotations

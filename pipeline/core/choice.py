@@ -6,6 +6,31 @@ costing c target decode steps, speculating k tokens speeds decoding up by
 step. specfleet uses measured tokens per pass instead of the geometric sum and, by default,
 timed engine iterations instead of `k c + 1`. Per batch size B:
 speedup(B, k) = tokens(k) * t_decode(B) / (k * t_draft(B) + t_verify(B, k+1)).
+
+The depth is the k in 0..max_depth that maximises decode_accept_len(k) * pass_ms[0] / pass_ms[k]
+(pipeline/core/acceptance.py, workers/measure/cost.py). With `cost.cost_ratio` set in the spec
+it maximises decode_accept_len(k) / (k c + 1) instead: Leviathan's form, which assumes that
+verifying k+1 tokens costs one decode step. On a CPU that assumption fails (a pass over 2
+tokens costs 1.1 to 1.3 decode steps on the quickstart target), and the quickstart's
+validation (experiments/results/quickstart/README.md) shows how far the form then overstates
+the engine's speed.
+
+With costs at several batch sizes the depth is chosen per batch size by the formula above.
+Batch size 1 keeps the choice above, and a depth never rises as the batch grows (verifying only
+gets dearer with B, so a rise would be noise). The result is a schedule of inclusive
+batch-size ranges up to `cost.max_batch_size` (pipeline/core/schedule.py), saved as
+`schedule.json` in the select job's MLflow run; where speculation stops paying, the depth
+falls to 0.
+
+A bootstrap over prompts (1,000 resamples of their decode walks) puts an interval on the
+predicted speedups, and another on accept_len. When a smaller depth's speedup is within noise
+of the best one, the smaller depth is chosen; within noise means that the 90% interval of the
+paired difference reaches 0. Both the interval and the point-estimate optimum go to MLflow.
+
+Tuned configs are versioned: every decision is a new immutable row, with one active version
+per (pairing, hardware, condition). A row holds a source (`offline` for a run, `production`
+for metrics), the schedule, and provenance: the curve, cost-table and drafter jobs it came
+from, the spec hash, the code version and the MLflow run.
 """
 
 from __future__ import annotations

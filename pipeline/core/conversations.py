@@ -1,6 +1,8 @@
 """Prompts files: a user's chat data as conversations, from JSONL, JSON or Parquet.
 
-Each record is one conversation in one of three common shapes:
+A spec takes them as `evaluation.prompts` (and `training_data.prompts`), instead of the
+built-in corpora: a path, or {path: ..., category: FIELD} (pipeline/core/settings.py). Each
+record is one conversation in one of three common shapes:
 - ShareGPT: `{"conversations": [{"from": "human", "value": "..."}, {"from": "gpt", ...}]}`
   (`from`: system, human or user, gpt or assistant; a few other assistant names are accepted);
 - OpenAI chat: `{"messages": [{"role": "user", "content": "..."}, ...]}` (`content` a string or a
@@ -9,11 +11,43 @@ Each record is one conversation in one of three common shapes:
 
 A record may carry a category (a string field, `category` unless the spec names another): curves
 and depths are then also reported per category. A JSONL file holds one record per line; a JSON
-file a list of records; a Parquet file one record per row. Every problem is one line naming the
-file and the line (JSONL) or record number (counted from 1).
+file a list of records; a Parquet file one record per row (told apart by the suffix). Every
+problem is one line naming the file and the line (JSONL) or record number (counted from 1).
 
 Only the standard library and (for Parquet) pyarrow are used, so the driver checks a file when
 it reads the spec, before anything runs, and workers read the same file the same way.
+
+- Rendering. A prompt is the conversation up to its last user turn, rendered with the target
+  tokenizer's own chat template and the generation prompt (specfleet's template for the
+  built-in targets), after BOS, then `answer_prefix` tokens of the reply that followed, if the
+  file has one. A conversation longer than `prompt_len` loses its oldest exchanges first (its
+  system turn stays), then the end of its last user turn. The template conditions
+  (`no_template`, `template_no_bos`, `long_context`, ...) apply to file prompts as to the chat
+  corpus.
+- Categories. `category: null` names none; records without one are `uncategorized` when others
+  have one. Each category gets its own curve, pooled from its prompts' chains exactly as the
+  whole curve pools all of them (no extra target passes), and its own batch-1 depth, chosen by
+  the same noise-aware rule with the same costs (pipeline/core/categories.py). They are stored
+  in `curves` (column `category`; "" is every prompt together) and `category_depths`, logged to
+  MLflow (`accept_len/<condition>/T<t>/<category>` per curve job, `depth/<category>` per select
+  job), drawn by `specfleet report` and shown by `specfleet best --by-category`. The tuned
+  config, and so `autotune`, stays the choice over every prompt.
+- Checked before anything starts. A record that is not one of the shapes, an unknown role, an
+  empty turn, a non-text part, a category that is not a string, bad JSON or UTF-8, or fewer
+  conversations than `num_prompts` (plus `validation.num_prompts`, drawn from the rest) is one
+  line naming the file and line or record, exit 2, nothing written. The same file for training
+  and evaluation is refused.
+- Identity. Jobs are keyed by the file's sha256, not its path: moving it reuses every result,
+  editing it measures again. Paths are relative to the folder specfleet runs in, and every
+  worker node must see the file at the same path (a shared filesystem, as for a model folder);
+  a worker whose copy differs stops with an error.
+- Training data. With `training_data.prompts` the `regenerate` job takes its questions from the
+  file (each conversation up to its last user turn) and the target answers them
+  (workers/data/regenerate.py). `answers: as_written` takes the file's assistant turns as the
+  target's answers instead: the turns are located by rendering the conversation with the
+  template up to and after each of them, and only their tokens are trained on.
+
+Results of a prompts file with categories: experiments/results/prompts_file/README.md.
 """
 
 from __future__ import annotations

@@ -6,6 +6,11 @@ they travel by reference (pipeline/core/artifacts.py). Wherever a folder lands (
 store, a node's cache), it is written into a temporary sibling and renamed into place: a reader
 sees the whole folder or none of it, and writers racing on one name (several workers of a node)
 cannot mix files.
+
+Damaged checkpoints: a stored result records the sha256 of its files; a later run re-hashes the
+folder and runs the job again when anything differs (a truncated, changed, missing or extra
+file), rewriting the folder. The temporary sibling is named `.NAME.part-HOST-PID-...` and synced
+to disk before the rename; what a killed writer left behind is removed at the next run's start.
 """
 
 from __future__ import annotations

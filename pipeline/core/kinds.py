@@ -9,6 +9,22 @@ kind is adding one entry here and the modules it names.
 
 Functions are named as "module:function" and imported only when used, so this module (and
 every worker importing it) pulls in neither torch nor the driver's libraries.
+
+The kinds, with their inputs and what their result holds (configs and results are frozen
+pydantic models, pipeline/core/contracts.py; each runs in workers/jobs/<kind>.py, except
+select_depth in pipeline/core/select.py, and is recorded by pipeline/run/record.py):
+- train_target (built-in targets only) -> Trained;
+- regenerate (target) -> Dataset: the target's answers, with the positions that carry a loss;
+- target_features (target, data) -> Dataset: the target's states at the captured layers and
+  its last one;
+- train_drafter (target, data, features) -> Trained, with its drafter family;
+- measure_curve (target, drafter) -> Measured: curves, per-prompt data, drift diagnostics;
+- profile_cost (target, drafter) -> Profiled: a CostProfile;
+- select_depth (curve, cost) -> Selected: the choice, its cost model, the schedule;
+- measure_speedup (target, drafter, depth) -> Validated: the engine benchmark and its verdict.
+What of a job's resources changes its result (`placement`): nothing (select_depth), the device
+kind (dtype and numerics), or, for the timing jobs profile_cost and measure_speedup, the whole
+placement.
 """
 
 from __future__ import annotations

@@ -1,19 +1,28 @@
-"""The tree choice: for every budget of draft tokens the best tree (pipeline/core/trees.py), then the
-budget whose tree has the highest predicted speedup, per batch size, with the depth choice's
-noise-aware rule (the smaller tree wins when within noise).
+"""The tree choice: for every budget of draft tokens the best tree (pipeline/core/trees.py), then
+the budget whose tree has the highest predicted speedup, per batch size, with the depth
+choice's noise-aware rule (the smaller tree wins when within noise) and, as for depths, a tree
+that never grows with the batch.
 
 Tokens per pass are a decoder's (pipeline/core/acceptance.decode_walk) over each prompt's chain
-starts, with the drafts each start keeps under the tree; cross-fitted: each prompt is scored with
-the tree of that budget fitted on the other half of the prompts, so that a tree is not credited
-with the chance successes it was fitted to. A round costs one drafter pass per tree
-level, over the nodes whose children it drafts, and one target pass over the root and every node
-under a tree mask, all as timed by cost profiling at that batch size:
-speedup(B, tree) = tokens(tree) * t_decode(B) / (sum_levels t_draft(B, width) + t_verify_tree(B, n + 1)).
+starts, with the drafts each start keeps under the tree; cross-fitted: each prompt is scored
+with the tree of that budget fitted on the other half of the prompts, so that a tree is not
+credited with the chance successes it was fitted to. A round costs one drafter pass per tree
+level, over the nodes whose children it drafts, and one target pass over the root and every
+node under a tree mask, all as timed by cost profiling at that batch size
+(workers/measure/cost.py):
+speedup(B, tree) = tokens(tree) * t_decode(B)
+                   / (sum_levels t_draft(B, width) + t_verify_tree(B, n + 1)).
 At batch size 1, where the tree engine's whole iteration was timed drafting the chain of every
 depth D as a tree (`tree_pass_ms`), a tree of depth D costs that iteration with the chain's
 drafter passes and target pass swapped for its own, so the engine's bookkeeping is counted too.
-The chain at the chosen depth is the top-1 tree, costed the same way: the tree's gain over it is
-the ratio of the two.
+The chain at the chosen depth is the top-1 tree, costed the same way: the tree's gain over it
+is the ratio of the two.
+
+What follows the choice: `measure_speedup` runs the chosen tree, the best trees one and two
+sizes either side, the chain at its chosen depth and plain decoding side by side
+(workers/measure/tree_speedup.py) and judges them (pipeline/core/verdict.py); `autotune` writes
+a tree only where it is predicted to beat the chain (pipeline/autotune/engines/registry.py).
+Results: experiments/results/trees/README.md and experiments/results/fleet_small/README.md.
 """
 
 from __future__ import annotations

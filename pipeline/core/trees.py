@@ -1,6 +1,10 @@
 """Pure maths of draft trees: their shape, the tokens a tree banks per target pass, the best tree
 for a budget of draft tokens.
 
+Serving engines draft trees, not only chains: the drafter's top-k at each step, every branch
+verified in one target pass under a tree attention mask, so a miss on the top guess can still
+bank the second. specfleet chooses the tree shape the way it chooses the depth.
+
 A tree is a tuple of nodes below an implicit root (the last token the target emitted). A node
 is the path of drafter ranks that leads to it: (0,) is the drafter's top guess for the next
 token, (1,) its second, (0, 2) the third guess after the top one. This is the form vLLM's
@@ -17,6 +21,13 @@ banks the longest prefix of the rank path that is one of its nodes: exactly, wit
 dependence along the path the data holds. A node's value is the share of chain starts whose
 rank path begins with it; a tree's expected drafts kept per pass is the sum of its nodes'
 values, its tokens per pass one more (the target's own token).
+
+The rank paths are measured beside the chain curve (`evaluation.tree_topk`, the top-k kept;
+workers/drafters/ranks.py). The database keeps acceptance by rank and depth (`rank_accepts`)
+beside each curve, and MLflow keeps it as `rank_accept/r<rank>` series. A tree of top-1 nodes
+is the chain, so the chain curve stays as it is. A dynamic programme over the trie of measured
+rank paths gives, for every budget n of draft tokens up to `cost.tree_budget`, the tree with
+the most drafts kept; the tests hold it equal to brute force.
 """
 
 from __future__ import annotations

@@ -1,15 +1,19 @@
 """Executing a plan: reuse finished jobs, run the rest on a cluster, record each as it finishes.
 
 The cluster is a parameter: `connect()` returns an object with the methods of `Cluster`
-below. `pipeline/run/ray_cluster.py` runs jobs as Ray tasks (the default); `pipeline/run/local_cluster.py` runs
-them one after another in this process, with no Ray at all, which is how the tests drive the
-failure and interrupt paths. The plan runs the same on both.
+below. `pipeline/run/ray_cluster.py` runs jobs as Ray tasks (the default);
+`pipeline/run/local_cluster.py` runs them one after another in this process, with no Ray at
+all, which is how the tests drive the failure and interrupt paths in seconds. The plan runs the
+same on both. Those paths: a failed job fails its dependents and the rest goes on; a rerun
+retries only what failed; an interrupt leaves no job or MLflow run marked running; a result
+that breaks its kind's contract (or whose input was never recorded) is not recorded; a resource
+request no node can meet is refused before anything is written.
 
 Order of events for a spec: find what is finished (reusable) and what an earlier run finished
-but could not record (kept in the work directory, pipeline/run/unrecorded.py); when something has to
-run, connect and check resources (a refused spec writes nothing to the stores); open the
-experiment in the database and MLflow, claim the jobs, record the kept results, submit every
-job still to run, and record results as they arrive (each kept on disk first).
+but could not record (kept in the work directory, pipeline/run/unrecorded.py); when something
+has to run, connect and check resources (a refused spec writes nothing to the stores); open
+the experiment in the database and MLflow, claim the jobs, record the kept results, submit
+every job still to run, and record results as they arrive (each kept on disk first).
 """
 
 from __future__ import annotations

@@ -2,10 +2,16 @@
 
 Cost profiles and engine benchmarks hold only on the hardware and software they were timed on,
 so a timing job's config carries what a worker placed like it reports (its GPU or CPU model,
-CUDA, NVIDIA driver, torch and transformers releases; workers/runtime/environment.py). A spec rerun on
-another GPU generation, driver or library release then plans new timing jobs instead of
-reusing the old ones; on a cluster with several kinds of worker for one placement, a job that
+CUDA, NVIDIA driver, torch and transformers releases; workers/runtime/environment.py). A spec
+rerun on another GPU generation, driver or library release then plans new timing jobs instead
+of reusing the old ones; on a cluster with several kinds of worker for one placement, a job that
 lands on another kind than was asked refuses to run (pin `accelerator_type`).
+
+The question goes where the timing jobs will run: a Ray task on a joined cluster, or on a local
+one whose workers get a `runtime_env`; else this machine, whose interpreter the local workers
+run. The depth choices made from the timings follow them through their inputs' hashes, so the
+same spec against a shared database on a new GPU generation, driver or library release times
+again and still reuses the trained drafters and curves.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Jobs run as Ray tasks with the resources their kind asks for; a job's inputs are
 object refs, so Ray starts it when its dependencies are done and moves their results to
 whichever node runs it. Results are small: files travel by reference (pipeline/core/artifacts.py),
 each node fetching what its jobs read.
+
+A job's Ray task is retried once when its worker process dies (a node lost, the OOM killer);
+the job is still recorded once. The tests SIGKILL a worker mid-job on a two-node cluster.
 """
 
 from __future__ import annotations

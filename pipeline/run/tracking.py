@@ -2,6 +2,22 @@
 
 Runs are found again by tags (`specfleet.spec_hash`, `specfleet.job_hash`), so a rerun of an
 unchanged spec reuses its runs instead of duplicating them.
+
+MLflow params named like a secret are logged as `***` (db/secrets.py). MLflow calls ride out an
+outage as the database's do (db/connection.py): retried with backoff for
+`$SPECFLEET_MLFLOW_RETRY_S` seconds (default 60; `specfleet run --retry-s`), with MLflow's own
+per-request retries, minutes long, turned off unless `MLFLOW_HTTP_REQUEST_MAX_RETRIES` is set.
+The tests take an `mlflow server` (itself backed by PostgreSQL) away through a proxy mid-write
+and bring it back, alone and together with the database mid-run: each write lands once.
+
+Results are kept until recorded (pipeline/run/unrecorded.py): a job's result goes to the work
+directory the moment it reaches the driver, its files already in the checkpoint store, before
+anything is written to MLflow or the database, and the file is removed once the job is
+recorded. A run ended by an outage longer than the retries (or by a kill) leaves it there, and
+the next run records it instead of running the job again. The tests take the database, and
+separately MLflow, away for good mid-run: the run ends with one error, and the next run
+records the kept results, runs each job exactly once over both runs, and ends with stores
+equal to an uninterrupted run's.
 """
 
 from __future__ import annotations

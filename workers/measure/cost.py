@@ -1,7 +1,20 @@
-"""Cost profiling on the worker's own device: drafter step, target decode and verify, engine iteration.
+"""Cost profiling on the worker's own device: drafter step, target decode and verify, engine pass.
 
 All three are timed against a cached context of `context_len` tokens (the KV cache is built
 once and cropped back after every timed call), warm-up calls excluded, median of repeats.
+
+The cost ratio is c = draft_ms / decode_ms, both medians. Profiling also times one whole
+iteration of the real engine at every depth, `pass_ms[k]`: k drafter forwards, the verify pass
+and the engine's own bookkeeping (`pass_ms[0]` is a plain decode step), on random text with the
+depths interleaved. With `cost.batch_sizes` (say [1, 8, 32, 128]) it also times, at every batch
+size B, one drafter step and a target pass over k+1 new tokens for every k.
+
+For draft trees (`cost.tree_budget`), per batch size: target passes over 1..tree_budget+1
+tokens under a tree mask and drafter passes over 1..tree_budget nodes, at every size up to 8,
+then four sizes per doubling (10, 12, 14, 16, 20, ...) and the largest; the sizes between are
+read off straight lines, so a budget of 64 times 21 sizes, not 65. The tree engine's whole
+iteration is timed too (`tree_pass_ms`). How the choices use all this: pipeline/core/choice.py
+and pipeline/core/tree_choice.py.
 """
 
 from __future__ import annotations

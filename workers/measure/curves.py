@@ -6,6 +6,24 @@ real decoding. A chain starting at position c drafts `max_depth` tokens; ONE tar
 prefix + drafts scores all of them, which gives accept_len(k) for every k <= max_depth.
 Each evaluation condition (prompt format or drafter noise) and temperature gives one curve;
 EAGLE drafters also yield drift diagnostics from the same drafting passes.
+
+The drafter drafts `max_depth` tokens for all chains of a prompt at once; a test holds this
+equal to drafting each chain incrementally with a KV cache. From the verify pass come
+`cond_accept[j]`, `survival[j]` and `accept_len(k) = 1 + sum_{j<=k} survival[j]`, pooled over
+chains (pipeline/core/acceptance.py). At temperature 0 they count greedy matches; above 0 they
+record the exact expected acceptance sum_x min(p, q) along the drafted path. How drafts are
+drawn above 0 is the spec's `evaluation.draft_sampling` (workers/decoding/sampling.py): from the
+drafter's q (`sampled`), or its argmax verified as if q were one-hot (`greedy`, what vLLM does
+by default), where a draft x is kept with probability p(x). The engine drafts and verifies the
+same way, so validation measures the rule the curve assumed; both rules keep the target's
+distribution exactly.
+
+Each curve also gets `decode_accept_len(k)`, the tokens per target pass of a decoder walking the
+measured chains (pipeline/core/acceptance.py): it is stored beside `accept_len` in the database's
+`curves` table and logged to MLflow with `step = depth`. The drift diagnostics
+(workers/measure/diagnostics.py) go to the `diagnostics` table beside the curve and to MLflow as
+`<name>/<condition>/T<temperature>`, also with `step = depth`, and `specfleet report` draws them.
+(`draft_attn` was added after the runs reported under experiments/results/.)
 """
 
 from __future__ import annotations

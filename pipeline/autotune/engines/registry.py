@@ -5,6 +5,67 @@ schedule and what it refuses, as read from the engine's own source (the module d
 name the files and releases). `emit(engine, schedule, model=..., method=..., version=...)`
 returns what to print, any file the engine reads beside it, and notes on what that release
 cannot express (it then gets the batch-size-1 depth at every batch size).
+
+A schedule becomes vLLM's `--speculative-config`, SGLang's flags and its adaptive
+per-batch-size JSON, TensorRT-LLM's `speculative_config` with `draft_len_schedule`, or HF
+assisted-generation settings. Each emitted config is checked against that engine's rules.
+workers/drafters/eagle3/export.py writes a pre-norm drafter in the EAGLE-3 layout that vLLM
+and SGLang load; `specfleet autotune` (pipeline/autotune/tuning.py) uses both.
+
+Releases (`autotune --engine-version`; the default is the newest read: vLLM 0.33.0, SGLang
+0.5.23, TensorRT-LLM 1.2.1, transformers 5.24.0), and where each reads a depth per batch size:
+- vLLM 0.10.2 - 0.33.0: `num_speculative_tokens_per_batch_size` from 0.24.0 (inclusive
+  [lo, hi, k] ranges; a batch past the last range keeps its k); at temperature above 0,
+  `draft_sample_method` (`probabilistic` for drafts sampled from q, `greedy` for argmax drafts)
+  from 0.22.0 (`greedy` only in 0.21.0). Before 0.24.0: the batch-size-1 depth and a note
+  (0.16-0.23 refuse unknown keys at start-up). `draft_model` before 0.15.0 is refused, and so is
+  a draft model whose path contains `eagle3` or `eagle-` (vLLM would load it as an EAGLE head).
+- SGLang 0.5.5 - 0.5.23: `--speculative-adaptive --speculative-adaptive-config FILE` from 0.5.13,
+  its keys batch-size lower bounds, one candidate per range pinning the depth. Before 0.5.13 the
+  batch-size-1 depth and a note (0.5.11-0.5.12 read one flat candidate list that moves with
+  acceptance); ranges with no drafting need 0.5.14; in 0.5.13 every range must end on a
+  CUDA-graph capture size (the router pads first); STANDALONE draft models get the static
+  depth (the server ignores adaptive mode for them).
+- TensorRT-LLM 1.0.0 - 1.4.0rc1: `draft_len_schedule` with lower-bound keys and key 1 from 1.2.0
+  (draft models only), with inclusive upper-bound keys (larger batches draft nothing, with a
+  note) from 1.3.0rc8, when EAGLE-3 reads it too. Before 1.2.0, and for EAGLE-3 before
+  1.3.0rc8, the batch-size-1 depth and a note; a schedule whose longest draft is not at the
+  smallest batch sizes cannot be written. `Eagle3` from 1.3.0rc0 (`Eagle` before),
+  `Draft_Target` for draft models.
+- transformers 4.48 - 5.24: none (assisted generation decodes one sequence): the batch-size-1
+  depth; EAGLE heads are refused.
+A release newer than the newest one read is written as for that one, with a note. For a curve
+measured at temperature above 0, a release or engine that cannot be told to draw drafts the
+way the curve did (vLLM before 0.22, SGLang, TensorRT-LLM; transformers for greedy drafts)
+gets a note saying its acceptance may differ. The TensorRT-LLM boundaries 1.2.0, 1.3.0rc0 and
+1.3.0rc8 are inferred from the dates of the pull requests that changed them; the others were
+read in the released packages.
+
+Draft trees: `autotune` writes the chosen tree when it is predicted to beat the chain and the
+release runs it as chosen, else the chain with a note saying why.
+- vLLM: `speculative_token_tree` with `num_speculative_tokens` = its nodes, 0.10.2 - 0.20.x,
+  under the TREE_ATTN backend (`--attention-backend TREE_ATTN` from 0.14, the
+  `VLLM_ATTENTION_BACKEND` variable before). The chain instead: from 0.21.0 (removed), for a
+  tree whose levels branch unevenly (vLLM gives every node of a level the same number of
+  children), at temperature above 0 (its tree drafts go through the chain's rejection
+  sampler), and for draft models.
+- SGLang: `--speculative-num-steps` = depth, `--speculative-eagle-topk` = the widest branching,
+  `--speculative-num-draft-tokens` = nodes + 1; the server picks the nodes itself by the
+  drafter's cumulative scores within those bounds (noted). The chain instead: more nodes than
+  top-k + (steps - 1) x top-k^2, and draft models.
+- TensorRT-LLM: `eagle_choices` on the two-model path (`eagle3_one_model: false`) from 1.2.0rc0;
+  from 1.4.0rc0 the dynamic tree (`use_dynamic_tree`, `dynamic_tree_max_topK`,
+  `max_total_draft_tokens`). The chain instead: before 1.2, and draft models.
+- transformers: never a tree.
+A depth that changes with the batch size keeps the chain's schedule in every engine: the
+engines run one tree at every batch size. The TensorRT-LLM tree boundaries are inferred from
+pull-request dates.
+
+tests/support/engine_semantics.py re-implements each engine's reading of the config
+independently; the tests check, for vLLM, SGLang, TensorRT-LLM and transformers at 26 releases,
+two methods and four schedules, that the depth the engine will run at every batch size from 1
+to the maximum is the depth specfleet chose (or the batch-size-1 depth with a note where the
+release cannot express the schedule), and read the trees back the same way.
 """
 
 from __future__ import annotations

@@ -1,5 +1,12 @@
 """EAGLE-3 drafters as other trainers publish them, read into a specfleet drafter.
 
+A spec's `eagle3` drafter with `path:` (a local folder or a hub id) is read here and measured as
+it is: no training job runs, and the checkpoint sets the variant, so `norm`, `fc_norm`,
+`fusion`, `attention`, `draft_vocab`, `capture_layers` and `train` may not be given beside it
+(pipeline/core/settings.py). Grouped key/value heads, `head_dim`, RoPE scaling and the d2t /
+t2d maps carry over. workers/drafters/eagle3/export.py writes both the EAGLE-3 layout and the
+speculators format.
+
 All three layouts hold one Llama decoder layer whose attention reads
 cat(input_layernorm(embedding), hidden_norm(fused hidden)) (2 x hidden wide, grouped key/value
 heads allowed), the fusion `fc` over three captured target states, a final `norm`, an
@@ -13,10 +20,11 @@ stream entering decoder layer k.
   embedding (the target's is used). The captured layers are not recorded: the authors' target
   code captures layers 2, N/2 and N-3 of an N-layer target. A missing `rope_theta` means
   10,000 (not the target's), a missing `head_dim` hidden / heads.
-- SpecForge: the same names and config; custom captured layers sit in
-  `eagle_config.eagle_aux_hidden_state_layer_ids`, counted as layer outputs (k there is
-  hidden_states[k + 1], so its default 1, N/2-1, N-4 is the authors' 2, N/2, N-3). Optional
-  per-stream norms `fc_norm.{0,1,2}`; `norm_output: false` (no final norm) is not supported.
+- SpecForge: the same names and config (with `head_dim` and rope settings); custom captured
+  layers sit in `eagle_config.eagle_aux_hidden_state_layer_ids`, counted as layer outputs (k
+  there is hidden_states[k + 1], so its default 1, N/2-1, N-4 is the authors' 2, N/2, N-3).
+  Optional per-stream norms `fc_norm.{0,1,2}`; `norm_output: false` (no final norm) is not
+  supported.
 - speculators (vllm-project/speculators, what vLLM documents): `speculators_model_type:
   eagle3`; the layer's settings in `transformer_layer_config`, saved as the difference from
   the transformers defaults of its `model_type`; weights `layers.0.*`, usually with
@@ -26,9 +34,10 @@ stream entering decoder layer k.
 
 A nested id list is read as counted in layer outputs (SpecForge's convention) when it starts
 at 0 or 1, and as hidden_states indices when it starts higher, as recent SGLang servers read
-it (no input layer is captured at 0 or 1 by the EAGLE-3 default, which starts at 2). Anything this drafter cannot
-compute exactly (more than one layer, a target width other than the drafter's, attention
-biases, Qwen3-style q/k norms) is refused by name rather than loaded approximately.
+it (no input layer is captured at 0 or 1 by the EAGLE-3 default, which starts at 2).
+Anything this drafter cannot compute exactly (more than one layer, a target width other than
+the drafter's, attention biases, Qwen3-style q/k norms) is refused by name rather than loaded
+approximately.
 """
 
 from __future__ import annotations

@@ -16,6 +16,16 @@ norm, EAGLE-3) or after the final RMSNorm (`post` norm, the attention-drift fix)
 `forward_steps` unrolls every chain step over a whole sequence at once (training-time test and
 batched measurement); `prefill` + `step` run one chain incrementally with a KV cache (decoding
 and cost timing). Both compute the same function; a test holds them equal.
+
+
+Attention shape and rotary positions come from the target: the drafter's layer takes the
+target's query heads, key/value heads (grouped-query attention: each key/value head serves a
+group of query heads, as the target's do), head size, rotary base and RoPE scaling (`llama3`
+and `linear` are computed, workers/models/rope.py; another scaling is refused by name), and
+export writes them into the EAGLE-3 config. Tests run the engine with a grouped-query target
+whose head size is not hidden / heads and whose RoPE is Llama-3.1-scaled: greedy output equals
+the target's, the sampled distribution passes the chi-square test, and the drafter's
+frequencies equal the target's own rotary embedding.
 """
 
 from __future__ import annotations
