@@ -15,7 +15,7 @@ from db.tables import (
     Diagnostic,
     Experiment,
     ExperimentJob,
-    Job,
+    JobRecord,
     RankAccept,
     SpeedupPoint,
     TreeCheckPoint,
@@ -117,7 +117,7 @@ def best_configs(session: Session, *, target: str | None, drafter: str | None, h
     Sorted by target, drafter, hardware, condition, then version from the newest.
     """
     statement = _pairing_filter(
-        select(TunedConfig, Job.job_hash).outerjoin(Job, Job.id == TunedConfig.job_id),
+        select(TunedConfig, JobRecord.job_hash).outerjoin(JobRecord, JobRecord.id == TunedConfig.job_id),
         TunedConfig,
         target,
         drafter,
@@ -152,7 +152,7 @@ def _measured_rows(
     the job's hash, sorted by the columns named in ``order``; ``where``: further conditions."""
     statement = (
         _pairing_filter(
-            select(model, Job.job_hash).join(Job, Job.id == model.job_id),
+            select(model, JobRecord.job_hash).join(JobRecord, JobRecord.id == model.job_id),
             model,
             target,
             drafter,
@@ -167,7 +167,7 @@ def _measured_rows(
     ]
 
 
-def curve_points(
+def curve_values(
     session: Session, *, target: str | None, drafter: str | None, condition: str | None, category: str | None
 ) -> list[dict]:
     """Sorted by target, drafter, condition, temperature, job, category, depth; ``category`` ""
@@ -229,9 +229,9 @@ def experiment_summaries(session: Session) -> list[dict]:
     """Every experiment with ``job_counts``: how many of its jobs are in each status."""
     counts: dict[int, dict[str, int]] = {}
     per_status = (
-        select(ExperimentJob.experiment_id, Job.status, func.count())
-        .join(Job, Job.id == ExperimentJob.job_id)
-        .group_by(ExperimentJob.experiment_id, Job.status)
+        select(ExperimentJob.experiment_id, JobRecord.status, func.count())
+        .join(JobRecord, JobRecord.id == ExperimentJob.job_id)
+        .group_by(ExperimentJob.experiment_id, JobRecord.status)
     )
     for experiment_id, status, count in session.execute(per_status):
         counts.setdefault(experiment_id, {})[status] = count
@@ -250,9 +250,9 @@ def experiment_summaries(session: Session) -> list[dict]:
 
 
 def job_summaries(session: Session, experiment_id: int | None) -> list[dict]:
-    statement = select(Job).order_by(Job.id)
+    statement = select(JobRecord).order_by(JobRecord.id)
     if experiment_id is not None:
-        statement = statement.join(ExperimentJob, ExperimentJob.job_id == Job.id).where(
+        statement = statement.join(ExperimentJob, ExperimentJob.job_id == JobRecord.id).where(
             ExperimentJob.experiment_id == experiment_id
         )
     return [
@@ -275,10 +275,10 @@ def job_summaries(session: Session, experiment_id: int | None) -> list[dict]:
 def experiment_results(session: Session, experiment_id: int) -> list[dict]:
     """The finished jobs of one experiment with their configs and results (parsed JSON), by job id."""
     statement = (
-        select(Job)
-        .join(ExperimentJob, ExperimentJob.job_id == Job.id)
-        .where(ExperimentJob.experiment_id == experiment_id, Job.status == "done")
-        .order_by(Job.id)
+        select(JobRecord)
+        .join(ExperimentJob, ExperimentJob.job_id == JobRecord.id)
+        .where(ExperimentJob.experiment_id == experiment_id, JobRecord.status == "done")
+        .order_by(JobRecord.id)
     )
     return [
         {

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from db import queries
 from db.connection import Connected
 from db.queries import WORKLOAD_KEYS
-from db.tables import Job
+from db.tables import JobRecord
 
 
 class Reports(Connected):
@@ -28,7 +28,7 @@ class Reports(Connected):
 
         return self._read(body)
 
-    def curve_rows(
+    def curves(
         self,
         *,
         target: str | None = None,
@@ -40,7 +40,7 @@ class Reports(Connected):
         By default the curves over every prompt; ``category`` one prompt category's, None all."""
 
         def body(session: Session):
-            return queries.curve_points(session, target=target, drafter=drafter, condition=condition, category=category)
+            return queries.curve_values(session, target=target, drafter=drafter, condition=condition, category=category)
 
         return self._read(body)
 
@@ -73,12 +73,16 @@ class Reports(Connected):
         """The depth chosen per prompt category by each of these select jobs, by job hash."""
 
         def body(session: Session):
-            ids = dict(session.execute(select(Job.id, Job.job_hash).where(Job.job_hash.in_(list(job_hashes)))).all())
+            ids = dict(
+                session.execute(
+                    select(JobRecord.id, JobRecord.job_hash).where(JobRecord.job_hash.in_(list(job_hashes)))
+                ).all()
+            )
             return {ids[job_id]: rows for job_id, rows in queries.category_depths(session, list(ids)).items()}
 
         return self._read(body)
 
-    def diagnostic_rows(
+    def diagnostics(
         self,
         *,
         target: str | None = None,
@@ -92,15 +96,15 @@ class Reports(Connected):
 
         return self._read(body)
 
-    def rank_accept_rows(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
+    def rank_accepts(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
         """RANK_ACCEPT_KEYS plus job_hash: acceptance by rank and depth beside each curve."""
         return self._read(lambda session: queries.rank_accept_values(session, target=target, drafter=drafter))
 
-    def tree_check_rows(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
+    def tree_checks(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
         """TREE_CHECK_KEYS plus job_hash and the decoded `tree`: every tree a speedup check ran."""
         return self._read(lambda session: queries.tree_check_values(session, target=target, drafter=drafter))
 
-    def speedup_rows(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
+    def speedup_checks(self, *, target: str | None = None, drafter: str | None = None) -> list[dict]:
         """SPEEDUP_KEYS plus job_hash, one dict per benchmarked depth.
 
         Sorted by target, drafter, hardware, condition, temperature, job, then depth.

@@ -1,13 +1,47 @@
-"""Database rows from typed job results: the one place a result is turned into rows.
+"""Database rows from typed job results: the one place a result is turned into rows to write.
 
 Each function takes a result type of `pipeline/core` (read through its attributes only) and
-returns the values `Store.mark_done` stores, named as the columns of `db/tables.py`.
+returns the values `Store.mark_done` stores, named as the columns of `db/tables.py`. The rows of
+one job travel to `Store.mark_done` as one typed object per result kind: `CurveRows` for a
+measured curve, `ChoiceRows` for a depth choice, `CheckRows` for a speedup check. A field left
+None keeps what the job stored before; a sequence (even empty) replaces it.
+(The store's reads, `db/reports.py`, are named for what they return: `curves()`, `diagnostics()`.)
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CurveRows:
+    """A measure_curve job's rows: (target, drafter, Curve) per curve, DIAGNOSTIC_KEYS dicts,
+    RANK_ACCEPT_KEYS dicts."""
+
+    curves: Sequence[tuple] | None = None
+    diagnostics: Sequence[dict] | None = None
+    rank_accepts: Sequence[dict] | None = None
+
+
+@dataclass(frozen=True)
+class ChoiceRows:
+    """A select_depth job's rows: its tuned config (a new offline version) and its per-category depths."""
+
+    tuned: dict | None = None
+    category_depths: Sequence[dict] | None = None
+
+
+@dataclass(frozen=True)
+class CheckRows:
+    """A measure_speedup job's rows: SPEEDUP_KEYS dicts per depth, TREE_CHECK_KEYS dicts per tree run."""
+
+    speedup_checks: Sequence[dict] | None = None
+    tree_checks: Sequence[dict] | None = None
+
+
+JobRows = CurveRows | ChoiceRows | CheckRows
 
 
 def curve_rows(target: str, drafter: str, curves: Iterable) -> list[tuple]:

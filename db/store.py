@@ -21,10 +21,11 @@ from db.errors import StoreError
 from db.owners import owner_gone
 from db.queries import BEST_KEYS, DIAGNOSTIC_KEYS, SPEEDUP_KEYS, TUNED_KEYS, TUNED_OPTIONAL_KEYS
 from db.reports import Reports
-from db.tables import Base, Experiment, ExperimentJob, Job, utc_now
+from db.rows import CheckRows, ChoiceRows, CurveRows, JobRows
+from db.tables import Base, Experiment, ExperimentJob, JobRecord, utc_now
 
 if TYPE_CHECKING:  # only read through attributes, so db does not import pipeline at runtime
-    from pipeline.core.types import Curve
+    pass
 
 __all__ = [
     "BEST_KEYS",
@@ -101,8 +102,10 @@ class Store(Reports):
             insert = _INSERT[session.get_bind().dialect.name]
             for i in range(0, len(rows), 100):  # 700 bound parameters: within SQLite's oldest limit (999)
                 chunk = rows[i : i + 100]
-                session.execute(insert(Job.__table__).values(chunk).on_conflict_do_nothing())
-                ids = session.scalars(select(Job.id).where(Job.job_hash.in_([r["job_hash"] for r in chunk]))).all()
+                session.execute(insert(JobRecord.__table__).values(chunk).on_conflict_do_nothing())
+                ids = session.scalars(
+                    select(JobRecord.id).where(JobRecord.job_hash.in_([r["job_hash"] for r in chunk]))
+                ).all()
                 session.execute(
                     insert(ExperimentJob.__table__)
                     .values([{"experiment_id": experiment_id, "job_id": job_id} for job_id in ids])
@@ -145,7 +148,9 @@ class Store(Reports):
 
         def body(session: Session):
             now = utc_now()
-            jobs = list(session.scalars(select(Job).where(Job.job_hash.in_(list(job_hashes))).with_for_update()))
+            jobs = list(
+                session.scalars(select(JobRecord).where(JobRecord.job_hash.in_(list(job_hashes))).with_for_update())
+            )
             held = {
                 j.job_hash: j.owner
                 for j in jobs
@@ -171,8 +176,8 @@ class Store(Reports):
 
         def body(session: Session):
             result = session.execute(
-                update(Job)
-                .where(Job.owner == owner, Job.lease_until.is_not(None))
+                update(JobRecord)
+                .where(JobRecord.owner == owner, JobRecord.lease_until.is_not(None))
                 .values(lease_until=utc_now() + timedelta(seconds=lease_s))
             )
             return result.rowcount
@@ -187,7 +192,7 @@ class Store(Reports):
             job = _job(session, job_hash)
             _check_owner(job, owner)
             job.status = "running"
-            job.attempts = Job.attempts + 1
+            job.attempts = JobRecord.attempts + 1
             job.started_at = utc_now()
             job.finished_at = None
             job.duration_s = None
@@ -209,38 +214,28 @@ class Store(Reports):
 
         return self._write("mark_failed", body)
 
-    def mark_done(
-        self,
-        job_hash: str,
-        *,
-        result: dict,
-        curves: Sequence[tuple[str, str, Curve]] | None = None,
-        diagnostics: Sequence[dict] | None = None,
-        speedup_checks: Sequence[dict] | None = None,
-        tuned: dict | None = None,
-        category_depths: Sequence[dict] | None = None,
-        rank_accepts: Sequence[dict] | None = None,
-        tree_checks: Sequence[dict] | None = None,
-        owner: str | None = None,
-    ) -> None:
-        """Store a job's result, its measured rows and its tuned config in one transaction.
+    def mark_done(self, job_hash: str, *, result: dict, rows: JobRows | None = None, owner: str | None = None) -> None:
+        """Store a job's result, and its rows (db/rows.py: one typed object per result kind), in one
+        transaction.
 
-        ``curves`` holds one (target, drafter, Curve) per evaluation condition, each Curve
-        naming its own condition and temperature. ``diagnostics`` holds dicts with exactly
-        DIAGNOSTIC_KEYS (depth 0 for a value of the whole curve). ``speedup_checks`` holds
-        dicts with exactly SPEEDUP_KEYS, one per (condition, temperature, depth), depth 0 being
-        plain decoding; tokens_per_s must be > 0. ``category_depths`` holds dicts with exactly
-        CATEGORY_DEPTH_KEYS, one per prompt category; ``rank_accepts`` dicts with exactly
-        RANK_ACCEPT_KEYS, one per (condition, temperature, depth, rank); ``tree_checks`` dicts with
-        exactly TREE_CHECK_KEYS, one per tree a speedup check ran. Each of these, when given (even empty),
+        `CurveRows.curves` holds one (target, drafter, Curve) per evaluation condition, each Curve
+        naming its own condition and temperature; `diagnostics` dicts with exactly DIAGNOSTIC_KEYS
+        (depth 0 for a value of the whole curve); `rank_accepts` dicts with exactly
+        RANK_ACCEPT_KEYS, one per (condition, temperature, depth, rank). `CheckRows.speedup_checks`
+        holds dicts with exactly SPEEDUP_KEYS, one per (condition, temperature, depth), depth 0
+        being plain decoding (tokens_per_s > 0); `tree_checks` dicts with exactly TREE_CHECK_KEYS,
+        one per tree a speedup check ran. `ChoiceRows.category_depths` holds dicts with exactly
+        CATEGORY_DEPTH_KEYS, one per prompt category. Each of these, when given (even empty),
         replaces all the rows of that kind the job stored before; None leaves them.
-        A tuned config needs TUNED_KEYS and may add TUNED_OPTIONAL_KEYS (``schedule`` as
+        `ChoiceRows.tuned` needs TUNED_KEYS and may add TUNED_OPTIONAL_KEYS (``schedule`` as
         [[lo, hi, k], ...], and the curve, cost and drafter job hashes it came from). It becomes
         a new version (source 'offline'), the active one of its workload (target, drafter,
         hardware, condition); a job adds at most one version, so a replay leaves it as it is.
         Any bad entry raises StoreError and writes nothing. With `owner`, only while that driver
         holds the job (one whose lease another driver took over cannot overwrite its result).
         """
+        if rows is not None and not isinstance(rows, CurveRows | ChoiceRows | CheckRows):
+            raise StoreError(f"mark_done: rows must be CurveRows, ChoiceRows or CheckRows, got {type(rows).__name__}")
 
         def body(session: Session):
             job = _job(session, job_hash)
@@ -248,20 +243,23 @@ class Store(Reports):
             _finish(job, status="done")
             job.result_json = _to_json(result, what=f"result of job {job_hash}")
             job.error = None
-            if curves is not None:
-                writes.replace_curves(session, job, curves)
-            if diagnostics is not None:
-                writes.replace_diagnostics(session, job, diagnostics)
-            if speedup_checks is not None:
-                writes.replace_speedup_checks(session, job, speedup_checks)
-            if tuned is not None:
-                writes.add_offline_version(session, job, tuned)
-            if category_depths is not None:
-                writes.replace_category_depths(session, job, category_depths)
-            if rank_accepts is not None:
-                writes.replace_rank_accepts(session, job, rank_accepts)
-            if tree_checks is not None:
-                writes.replace_tree_checks(session, job, tree_checks)
+            if isinstance(rows, CurveRows):
+                if rows.curves is not None:
+                    writes.replace_curves(session, job, rows.curves)
+                if rows.diagnostics is not None:
+                    writes.replace_diagnostics(session, job, rows.diagnostics)
+                if rows.rank_accepts is not None:
+                    writes.replace_rank_accepts(session, job, rows.rank_accepts)
+            elif isinstance(rows, ChoiceRows):
+                if rows.tuned is not None:
+                    writes.add_offline_version(session, job, rows.tuned)
+                if rows.category_depths is not None:
+                    writes.replace_category_depths(session, job, rows.category_depths)
+            elif isinstance(rows, CheckRows):
+                if rows.speedup_checks is not None:
+                    writes.replace_speedup_checks(session, job, rows.speedup_checks)
+                if rows.tree_checks is not None:
+                    writes.replace_tree_checks(session, job, rows.tree_checks)
 
         return self._write("mark_done", body)
 
@@ -309,23 +307,23 @@ def _insert_ignore(session: Session, model: type[Base], values: dict) -> None:
     session.execute(insert(model.__table__).values(**values).on_conflict_do_nothing())
 
 
-def _find_job(session: Session, job_hash: str) -> Job | None:
-    return session.scalars(select(Job).where(Job.job_hash == job_hash)).one_or_none()
+def _find_job(session: Session, job_hash: str) -> JobRecord | None:
+    return session.scalars(select(JobRecord).where(JobRecord.job_hash == job_hash)).one_or_none()
 
 
-def _job(session: Session, job_hash: str) -> Job:
+def _job(session: Session, job_hash: str) -> JobRecord:
     job = _find_job(session, job_hash)
     if job is None:
         raise StoreError(f"no job with job_hash {job_hash}: link_job it first")
     return job
 
 
-def _check_owner(job: Job, owner: str | None) -> None:
+def _check_owner(job: JobRecord, owner: str | None) -> None:
     if owner is not None and job.owner != owner:
         raise StoreError(f"job {job.job_hash} is held by driver {job.owner}, not {owner}: its lease ran out")
 
 
-def _finish(job: Job, *, status: str) -> None:
+def _finish(job: JobRecord, *, status: str) -> None:
     job.lease_until = None  # the claim ends with the attempt
     job.status = status
     job.finished_at = utc_now()

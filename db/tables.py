@@ -99,7 +99,7 @@ class Experiment(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utc_now)
 
 
-class Job(Base):
+class JobRecord(Base):
     """One unit of work keyed by the content hash of its config; shared by experiments."""
 
     __tablename__ = "jobs"

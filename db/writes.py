@@ -40,7 +40,7 @@ from db.tables import (
     CategoryDepth,
     CurvePoint,
     Diagnostic,
-    Job,
+    JobRecord,
     RankAccept,
     SpeedupPoint,
     TreeCheckPoint,
@@ -82,7 +82,7 @@ _TUNED_TEXT = {
 _TUNED_COLUMNS = (*TUNED_OPTIONAL_KEYS, "notes")
 
 
-def replace_curves(session: Session, job: Job, curves: Sequence[tuple[str, str, Curve]]) -> None:
+def replace_curves(session: Session, job: JobRecord, curves: Sequence[tuple[str, str, Curve]]) -> None:
     """Replace the job's curve rows: one row per (condition, temperature, depth 1..max_depth).
 
     Depth 0 (accept_len 1, no drafting) is implied and not stored.
@@ -125,7 +125,7 @@ def _curve_rows(job_id: int, target: str, drafter: str, curve: Curve) -> list[Cu
     ]
 
 
-def replace_category_depths(session: Session, job: Job, rows: Sequence[dict]) -> None:
+def replace_category_depths(session: Session, job: JobRecord, rows: Sequence[dict]) -> None:
     """Replace the job's per-category depths; each entry needs exactly CATEGORY_DEPTH_KEYS."""
     kept = []
     for index, entry in enumerate(rows):
@@ -147,7 +147,7 @@ def replace_category_depths(session: Session, job: Job, rows: Sequence[dict]) ->
     session.flush()  # so a repeated category fails here
 
 
-def replace_diagnostics(session: Session, job: Job, diagnostics: Sequence[dict]) -> None:
+def replace_diagnostics(session: Session, job: JobRecord, diagnostics: Sequence[dict]) -> None:
     """Replace the job's diagnostic rows; each entry needs exactly DIAGNOSTIC_KEYS."""
     rows = []
     for index, entry in enumerate(diagnostics):
@@ -159,7 +159,7 @@ def replace_diagnostics(session: Session, job: Job, diagnostics: Sequence[dict])
     session.flush()  # so a repeated (condition, temperature, depth, name) fails here
 
 
-def replace_rank_accepts(session: Session, job: Job, rows: Sequence[dict]) -> None:
+def replace_rank_accepts(session: Session, job: JobRecord, rows: Sequence[dict]) -> None:
     """Replace the job's acceptance by rank and depth; each entry needs exactly RANK_ACCEPT_KEYS."""
     kept = []
     for index, entry in enumerate(rows):
@@ -188,7 +188,7 @@ _TREE_CHECK_NUMBERS = (
 )
 
 
-def replace_tree_checks(session: Session, job: Job, rows: Sequence[dict]) -> None:
+def replace_tree_checks(session: Session, job: JobRecord, rows: Sequence[dict]) -> None:
     """Replace the job's tree checks; each entry needs exactly TREE_CHECK_KEYS."""
     kept = []
     for index, entry in enumerate(rows):
@@ -210,7 +210,7 @@ def replace_tree_checks(session: Session, job: Job, rows: Sequence[dict]) -> Non
     session.flush()
 
 
-def replace_speedup_checks(session: Session, job: Job, rows: Sequence[dict]) -> None:
+def replace_speedup_checks(session: Session, job: JobRecord, rows: Sequence[dict]) -> None:
     """Replace the job's speedup checks; each entry needs exactly SPEEDUP_KEYS.
 
     One entry per (condition, temperature, depth), depth 0 being plain decoding.
@@ -272,7 +272,7 @@ def _checked_number(number: object, key: str, where: str) -> float:
     return float(number)
 
 
-def add_offline_version(session: Session, job: Job, tuned: dict) -> None:
+def add_offline_version(session: Session, job: JobRecord, tuned: dict) -> None:
     """Add the select job's decision as a new active version, unless the job already has one.
 
     Versions are immutable, so a replayed mark_done of the same job leaves its version as it is.

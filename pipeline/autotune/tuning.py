@@ -405,7 +405,7 @@ def _timed_passes(row: dict, curve, cost_ratio: float):
 
 def _drift_report(store, target: str, drafter: str, curve) -> str:
     """How far production survival has moved from the offline curve, per depth both have."""
-    rows = store.curve_rows(target=target, drafter=drafter)
+    rows = store.curves(target=target, drafter=drafter)
     offline = (
         {r["depth"]: r["survival"] for r in rows if r["temperature"] == min(x["temperature"] for x in rows)}
         if rows

@@ -38,9 +38,7 @@ def _measured(config: c.MeasureCurveConfig) -> c.Measured:
         )
         for k in range(1, ev.max_depth + 1)
     )
-    return c.Measured(
-        curves=curves, per_prompt=tuple(() for _ in curves), walks=tuple(() for _ in curves), diagnostics=rms
-    )
+    return c.Measured(curves=tuple(c.MeasuredCurve(curve=k, per_prompt=(), walks=()) for k in curves), diagnostics=rms)
 
 
 def _profiled(config: c.ProfileCostConfig) -> c.Profiled:

@@ -90,7 +90,7 @@ def _spec(measured: Measured) -> tuple[ExperimentSpec, str]:
         "name": "orchestration-bench",
         "targets": [{"name": "target", "hf": "specfleet-bench/target"}],
         "drafters": [{"name": "draft", "kind": "standalone", "hf": "specfleet-bench/draft"}],
-        "evaluation": {"max_depth": measured.curves[0].max_depth},
+        "evaluation": {"max_depth": measured.primary.curve.max_depth},
     }
     text = yaml.safe_dump(data, sort_keys=False)
     return parse_spec(text, "<orchestration bench>"), text

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from pipeline.report.tables import Table
+from pipeline.report.tables import ReportTable
 
 
 def _x(value: float) -> str:
     return f"{value:.3g}x" if value < 100 else f"{value:.0f}x"
 
 
-def bench_tables(r: dict) -> list[Table]:
+def bench_tables(r: dict) -> list[ReportTable]:
     c, e, a, o = r["curve_cost"], r["engine"], r["autotune"], r["orchestration"]
     curve, sweep, bound = c["curve"], c["sweep"], c["lower_bound"]
     k, depth = e["chosen_depth"], c["max_depth"]
-    ratios = Table(
+    ratios = ReportTable(
         f"specfleet bench: {r['experiment']['pairing']}, {r['machine']['cpus']} CPUs ({r['machine']['processor']}), "
         f"torch {r['machine']['torch']}; {r['seconds'] / 60:.1f} min in all",
         ("measure", "specfleet", "against", "ratio"),
@@ -91,7 +91,7 @@ def bench_tables(r: dict) -> list[Table]:
     by_depth: dict[int, dict[str, dict]] = {}
     for row in r["training"]:
         by_depth.setdefault(row["ttt_depth"], {})["cached" if row["features"] == "cached" else "uncached"] = row
-    training = Table(
+    training = ReportTable(
         "drafter training, tokens/s by TTT depth (share of time in the target's forward pass)",
         ("TTT depth", "target pass per batch", "features cached", "cached over target pass"),
         tuple(

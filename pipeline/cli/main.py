@@ -167,11 +167,11 @@ def _run(
             out.print(f"curves of every pairing: {summary.report}", soft_wrap=True)
         rows = selected_rows(plan, store)
         if rows:
-            from pipeline.report.plots import best_table, category_table
+            from pipeline.report.plots import best_table, console_category_table
 
             out.print(best_table(rows, versioned=False))
             if any(r["categories"] for r in rows):
-                out.print(category_table(rows))
+                out.print(console_category_table(rows))
         checks = speedup_checks(plan, store)
         if checks:
             from pipeline.report.plots import engine_tables
@@ -230,7 +230,7 @@ def best(
             rows = store.with_categories(rows)
     finally:
         store.close()
-    from pipeline.report.plots import best_table, category_table
+    from pipeline.report.plots import best_table, console_category_table
 
     if by_category and not as_json and rows and not any(r["categories"] for r in rows):
         err.print(
@@ -238,7 +238,7 @@ def best(
             "records have a category field)"
         )
         raise typer.Exit(1)
-    table = (lambda: category_table(rows)) if by_category else (lambda: best_table(rows, versioned=True))
+    table = (lambda: console_category_table(rows)) if by_category else (lambda: best_table(rows, versioned=True))
     _show(rows, as_json, "no tuned configs yet: run `specfleet run SPEC` first", table)
 
 
@@ -271,7 +271,7 @@ def speedups(
     """Predicted vs measured speedup per depth, from the engine benchmarks in the database."""
     store = read_store(workdir, db)
     try:
-        rows = store.speedup_rows(target=target, drafter=drafter)
+        rows = store.speedup_checks(target=target, drafter=drafter)
         checks = [] if as_json else _benchmarks(store, rows)
     finally:
         store.close()

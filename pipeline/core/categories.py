@@ -30,7 +30,8 @@ def split_by_category(measured, index: int = 0) -> list[CategoryRows]:
     [] when the prompts carry no categories."""
     if not measured.categories:
         return []
-    base, rows, walks = measured.curves[index], measured.per_prompt[index], measured.walks[index]
+    part = measured.curves[index]
+    base, rows, walks = part.curve, part.per_prompt, part.walks
     if len(measured.categories) != len(rows):
         raise ValueError(f"{len(measured.categories)} prompt categories for {len(rows)} measured prompts")
     out = []

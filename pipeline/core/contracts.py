@@ -185,22 +185,47 @@ class DiagnosticValue(Contract):
     value: float
 
 
+class MeasuredCurve(Contract):
+    """One (condition, temperature) of a measurement: its curve and the per-prompt data behind it."""
+
+    curve: Curve
+    # per prompt, [chains, sum of survival[1..K]]: for bootstrap intervals
+    per_prompt: tuple[tuple[int | float, ...], ...]
+    # per prompt, [tokens, passes] of a decoder at k = 0..K
+    walks: tuple[tuple[tuple[int, int], ...], ...]
+    # per prompt, each chain start's rank path (pipeline/core/trees.py); () when the evaluation kept
+    # no ranks (tree_topk 0)
+    rank_paths: tuple[tuple[tuple[int, ...], ...], ...] = ()
+
+
 class Measured(Contract):
     """The curves of one pairing: one per (condition, temperature), the spec's first one first."""
 
-    curves: tuple[Curve, ...]
-    # aligned with curves, for bootstrap intervals: per prompt [chains, sum of survival[1..K]]
-    per_prompt: tuple[tuple[tuple[int | float, ...], ...], ...]
-    # aligned with curves: per prompt, [tokens, passes] of a decoder at k = 0..K
-    walks: tuple[tuple[tuple[tuple[int, int], ...], ...], ...]
+    curves: tuple[MeasuredCurve, ...]
     diagnostics: tuple[DiagnosticValue, ...] = ()
-    # aligned with curves: per prompt, each chain start's rank path (pipeline/core/trees.py); () when
-    # the evaluation kept no ranks (tree_topk 0)
-    rank_paths: tuple[tuple[tuple[tuple[int, ...], ...], ...], ...] = ()
     rank_topk: int = 0  # the drafter's top-k the rank paths were kept within (evaluation.tree_topk)
-    # aligned with each curve's per_prompt and walks rows: each prompt's category (from a prompts
+    # each prompt's category, aligned with every curve's per_prompt and walks rows (from a prompts
     # file that has them), () otherwise; per-category curves are pooled from those rows
     categories: tuple[str, ...] = ()
+
+    @property
+    def primary(self) -> MeasuredCurve:
+        """The curve of the spec's first condition and temperature: the one depths are chosen on."""
+        return self.curves[0]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_parallel_tuples(cls, data):
+        """Results stored before curves became records held four tuples aligned by position."""
+        if isinstance(data, dict) and "per_prompt" in data:
+            data = dict(data)
+            curves, per_prompt, walks = data.pop("curves"), data.pop("per_prompt"), data.pop("walks")
+            paths = data.pop("rank_paths", ()) or [()] * len(curves)
+            data["curves"] = [
+                {"curve": c, "per_prompt": p, "walks": w, "rank_paths": r}
+                for c, p, w, r in zip(curves, per_prompt, walks, paths, strict=True)
+            ]
+        return data
 
 
 class Profiled(Contract):

@@ -20,7 +20,8 @@ from pipeline.core.tree_choice import choose_tree
 def run(config: SelectDepthConfig, inputs: dict, *, num_gpus: float, progress) -> Selected:
     measured: Measured = inputs["curve"]
     cost = inputs["cost"].cost
-    curve, per_prompt, walks = measured.curves[0], measured.per_prompt[0], measured.walks[0]
+    primary = measured.primary
+    curve, per_prompt, walks = primary.curve, primary.per_prompt, primary.walks
     if cost.pass_ms and len(cost.pass_ms) != len(curve.accept_len):
         raise ValueError(
             f"the cost table timed depths 0..{len(cost.pass_ms) - 1} but the curve has 0..{curve.max_depth}"
@@ -37,7 +38,7 @@ def run(config: SelectDepthConfig, inputs: dict, *, num_gpus: float, progress) -
         schedule = tuple(schedule_from_choices(batch_depths, max(config.max_batch_size, max(batch_depths))))
     by_category = choose_by_category(measured, ratio, pass_cost=pass_cost, seed=config.seed)
     tree = None
-    ranks = measured.rank_paths[0] if measured.rank_paths else ()
+    ranks = primary.rank_paths
     if ranks and cost.tree_verify_ms_by_batch:
         tree = choose_tree(
             ranks, cost, max_depth=curve.max_depth, topk=measured.rank_topk, chain_depth=choice.depth, seed=config.seed

@@ -15,7 +15,7 @@ from pipeline.core.contracts import Measured, Profiled, Selected, Validated
 from pipeline.core.kinds import kind as job_kind
 from pipeline.errors import UserError
 
-# the kinds a report reads, by the attribute of Pairing that holds each one's result
+# the kinds a report reads, by the attribute of PairingResults that holds each one's result
 PAIRING_KINDS = {
     "measure_curve": "measured",
     "profile_cost": "profiled",
@@ -25,7 +25,7 @@ PAIRING_KINDS = {
 
 
 @dataclass
-class Pairing:
+class PairingResults:
     """One target/drafter pairing's results in one experiment (None: that job did not run or finish)."""
 
     target: str
@@ -50,7 +50,7 @@ class ExperimentRecord:
     created_at: str
     mlflow_run_id: str | None
     job_counts: dict[str, int]
-    pairings: tuple[Pairing, ...]  # in the order their first job finished
+    pairings: tuple[PairingResults, ...]  # in the order their first job finished
     tuned: tuple[dict, ...]  # `best` rows (every version) written by this experiment's select jobs
     skipped: tuple[str, ...]  # finished jobs whose stored result an older release wrote in another shape
     job_seconds: dict[str, tuple[float, ...]] = field(default_factory=dict)  # kind -> each finished job's duration_s
@@ -105,15 +105,15 @@ def load_experiment(store, name: str) -> ExperimentRecord:
     )
 
 
-def _pairings(jobs: list[dict], tuned: dict[str, dict]) -> list[Pairing]:
-    """One Pairing per (target, drafter), each kind's newest finished job (a rerun of a changed spec
+def _pairings(jobs: list[dict], tuned: dict[str, dict]) -> list[PairingResults]:
+    """One PairingResults per (target, drafter), each kind's newest finished job (a rerun of a changed spec
     links its new jobs to the same experiment). A depth choice takes the curve and cost it was made
     from (its tuned config names them): a cost job is shared by pairings that time alike, so its
     own config may carry another pairing's names."""
-    pairings: dict[tuple[str, str], Pairing] = {}
+    pairings: dict[tuple[str, str], PairingResults] = {}
     by_hash = {j["job_hash"]: j for j in jobs}
     for job in jobs:  # oldest first: the newest of a kind is set last
-        pairing = pairings.setdefault(job["pairing"], Pairing(*job["pairing"]))
+        pairing = pairings.setdefault(job["pairing"], PairingResults(*job["pairing"]))
         if job["kind"] != "profile_cost":
             _attach(pairing, job)
     for pairing in pairings.values():
@@ -125,7 +125,7 @@ def _pairings(jobs: list[dict], tuned: dict[str, dict]) -> list[Pairing]:
     return [p for p in pairings.values() if p.measured or p.selected or p.validated]
 
 
-def _attach(pairing: Pairing, job: dict) -> None:
+def _attach(pairing: PairingResults, job: dict) -> None:
     setattr(pairing, PAIRING_KINDS[job["kind"]], job["typed"])
     pairing.jobs[job["kind"]] = {
         "job_hash": job["job_hash"],

@@ -36,11 +36,14 @@ def plot_acceptance(pairing, path: str | Path) -> Path:
     """Survival and accept_len by depth for every condition of one pairing, one row per temperature."""
     plt = pyplot()
     measured = pairing.measured
-    temperatures = sorted({c.temperature for c in measured.curves})
-    colour = {label: f"C{i % 10}" for i, label in enumerate(dict.fromkeys(_label(c) for c in measured.curves))}
+    temperatures = sorted({c.temperature for c in (m.curve for m in measured.curves)})
+    colour = {
+        label: f"C{i % 10}"
+        for i, label in enumerate(dict.fromkeys(_label(c) for c in (m.curve for m in measured.curves)))
+    }
     fig, axes = plt.subplots(len(temperatures), 2, figsize=(10, 3.4 * len(temperatures)), squeeze=False)
     for row, temperature in zip(axes, temperatures):
-        for curve, per_prompt in zip(measured.curves, measured.per_prompt):
+        for curve, per_prompt in ((m.curve, m.per_prompt) for m in measured.curves):
             if curve.temperature != temperature:
                 continue
             survival, accept_len = bands_of(curve, per_prompt)
@@ -124,7 +127,7 @@ def plot_condition_bars(pairings, *, temperature: float, path: str | Path, title
         [
             {"condition": c.condition}
             for p in pairings
-            for c in p.measured.curves
+            for c in (m.curve for m in p.measured.curves)
             if c.temperature == temperature and not c.category
         ]
     )
@@ -133,7 +136,7 @@ def plot_condition_bars(pairings, *, temperature: float, path: str | Path, title
     for j, condition in enumerate(conditions):
         xs, ys, errs = [], [], [[], []]
         for i, p in enumerate(pairings):
-            for curve, per_prompt in zip(p.measured.curves, p.measured.per_prompt):
+            for curve, per_prompt in ((m.curve, m.per_prompt) for m in p.measured.curves):
                 if curve.temperature == temperature and curve.condition == condition and not curve.category:
                     accept_len = bands_of(curve, per_prompt)[1]
                     xs.append(i + (j - (len(conditions) - 1) / 2) * width)
@@ -150,11 +153,11 @@ def plot_condition_bars(pairings, *, temperature: float, path: str | Path, title
 
 def plot_compare(label_a: str, a, label_b: str, b, path: str | Path, title: str) -> Path:
     """One pairing in two experiments: accept_len of the primary curve with intervals, and the
-    predicted speedup at batch size 1 (`a`, `b`: (Pairing, [BatchSpeedup]) each)."""
+    predicted speedup at batch size 1 (`a`, `b`: (PairingResults, [BatchSpeedup]) each)."""
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.6))
     for i, (label, (pairing, by_batch)) in enumerate(((label_a, a), (label_b, b))):
-        curve, per_prompt = pairing.measured.curves[0], pairing.measured.per_prompt[0]
+        curve, per_prompt = pairing.measured.primary.curve, pairing.measured.primary.per_prompt
         accept_len = bands_of(curve, per_prompt)[1]
         depths = range(curve.max_depth + 1)
         ax1.plot(depths, accept_len.value, "o-", ms=3, color=f"C{i}", label=label)

@@ -26,8 +26,8 @@ def experiment_rows(store, experiment: str | None):
         return [], []
     newest = max(exps, key=lambda e: (e["created_at"], e["id"]))
     hashes = {j["job_hash"] for j in store.jobs(newest["id"])}
-    curves = [r for r in store.curve_rows() if r["job_hash"] in hashes]
-    diags = [r for r in store.diagnostic_rows() if r["job_hash"] in hashes]
+    curves = [r for r in store.curves() if r["job_hash"] in hashes]
+    diags = [r for r in store.diagnostics() if r["job_hash"] in hashes]
     return curves, diags
 
 

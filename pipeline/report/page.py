@@ -29,14 +29,14 @@ def pairing_speedups(pairing) -> list[BatchSpeedup]:
     pairing has no depth choice)."""
     if not (pairing.measured and pairing.profiled and pairing.selected):
         return []
-    selected, curve = pairing.selected, pairing.measured.curves[0]
+    selected, curve = pairing.selected, pairing.measured.primary.curve
     batch1 = selected.pass_cost or [k * selected.choice.cost_ratio + 1.0 for k in range(curve.max_depth + 1)]
     chosen = {**(selected.batch_depths or {}), 1: selected.choice.depth}
     # the select job's seed: the same resamples its choice saw
     return speedup_bands(
         curve,
-        per_prompt=pairing.measured.per_prompt[0],
-        walks=pairing.measured.walks[0],
+        per_prompt=pairing.measured.primary.per_prompt,
+        walks=pairing.measured.primary.walks,
         cost=pairing.profiled.cost,
         batch1_cost=batch1,
         chosen=chosen,
@@ -64,7 +64,7 @@ class Page:
     def text(self, text: str) -> None:
         self.parts.append(f"<p>{html.escape(text)}</p>")
 
-    def table(self, table: tab.Table) -> None:
+    def table(self, table: tab.ReportTable) -> None:
         if table.rows:
             self.parts.append(table.html())
             self.tables.append(table.markdown())
@@ -105,7 +105,7 @@ class Page:
 def _provenance(page: Page, record) -> None:
     counts = ", ".join(f"{n} {s}" for s, n in record.job_counts.items() if n)
     page.table(
-        tab.Table(
+        tab.ReportTable(
             f"Experiment {record.ref}",
             ("field", "value"),
             (
@@ -200,7 +200,7 @@ def _trees(page: Page, record) -> None:
 def _drift_and_conditions(page: Page, measured) -> None:
     if not measured:
         return
-    primary = measured[0].measured.curves[0]
+    primary = measured[0].measured.primary.curve
     with_drift = [p for p in measured if any(d.depth > 0 for d in p.measured.diagnostics)]
     if with_drift:
         page.heading("Drift diagnostics by depth")
@@ -215,8 +215,8 @@ def _drift_and_conditions(page: Page, measured) -> None:
             )
         for table in tab.drift_tables(with_drift, condition=primary.condition, temperature=primary.temperature):
             page.table(table)
-    temperatures = sorted({c.temperature for p in measured for c in p.measured.curves})
-    if any(len({c.condition for c in p.measured.curves}) > 1 for p in measured):
+    temperatures = sorted({c.temperature for p in measured for c in (m.curve for m in p.measured.curves)})
+    if any(len({c.condition for c in (m.curve for m in p.measured.curves)}) > 1 for p in measured):
         page.heading("Acceptance by condition")
         for t in temperatures:
             page.table(tab.condition_table(measured, temperature=t))
@@ -239,7 +239,7 @@ def _categories(page: Page, pairings) -> None:
     page.heading("Prompt categories")
     page.table(tab.category_table(pairings))
     for p in pairings:
-        primary = p.measured.curves[0]
+        primary = p.measured.primary.curve
         curves = {
             "all prompts": primary,
             **{
@@ -268,7 +268,7 @@ def comparison_page(a, b, folder: Path) -> Page:
     ]
     page.heading(f"{a.ref} against {b.ref}")
     page.table(
-        tab.Table(
+        tab.ReportTable(
             "The pairings both measured: the primary curve and the chosen depth at batch size 1",
             ("pairing", a.ref, b.ref),
             tuple((label, _summary(*x), _summary(*y)) for label, x, y in common),
@@ -289,7 +289,7 @@ def comparison_page(a, b, folder: Path) -> Page:
 
 
 def _summary(pairing, speedups: list[BatchSpeedup]) -> str:
-    curve = pairing.measured.curves[0]
+    curve = pairing.measured.primary.curve
     text = f"accept_len({curve.max_depth}) {curve.accept_len[-1]:.3f}"
     if speedups:
         s = speedups[0]

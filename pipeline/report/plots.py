@@ -130,7 +130,7 @@ def tree_label(tree) -> str:
     return f"{sh.nodes} tokens, depth {sh.depth}, top-{sh.topk}"
 
 
-def category_table(rows: list[dict]) -> Table:
+def console_category_table(rows: list[dict]) -> Table:
     """Per pairing, the depth over every prompt (the tuned config) and the depth each prompt
     category would get on its own; rows from `best` with their `categories`."""
     table = Table(title="best depth per pairing and prompt category")
@@ -210,14 +210,14 @@ def hf_predicted(check, run) -> float | None:
 
 
 def engine_tables(checks: list[tuple]):
-    """speedup_table, and hf_table below it when a check timed HF generate too."""
+    """speedup_table, and console_hf_table below it when a check timed HF generate too."""
     from rich.console import Group
 
-    hf = hf_table(checks)
+    hf = console_hf_table(checks)
     return Group(speedup_table(checks), hf) if hf is not None else speedup_table(checks)
 
 
-def hf_table(checks: list[tuple]) -> Table | None:
+def console_hf_table(checks: list[tuple]) -> Table | None:
     """HF generate beside specfleet's engine on the same prompts; None when no check timed it."""
     rows = [(t, d, c) for t, d, c in checks if c.hf_runs]
     if not rows:

@@ -16,7 +16,7 @@ from pipeline.report.plots import depth_marks, hf_predicted, tree_label
 
 
 @dataclass(frozen=True)
-class Table:
+class ReportTable:
     title: str
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
@@ -42,7 +42,7 @@ def _ci(value: float, lo: float, hi: float) -> str:
     return f"{value:.3f} [{lo:.3f}, {hi:.3f}]" if (lo, hi) != (value, value) else f"{value:.3f}"
 
 
-def tuned_table(record, speedups: dict[str, list[BatchSpeedup]]) -> Table:
+def tuned_table(record, speedups: dict[str, list[BatchSpeedup]]) -> ReportTable:
     """The tuned-config versions this experiment wrote, with the decision's numbers and provenance."""
     by_pairing = {p.label: p for p in record.pairings}
     rows = []
@@ -71,7 +71,7 @@ def tuned_table(record, speedups: dict[str, list[BatchSpeedup]]) -> Table:
                 r["code_version"],
             )
         )
-    return Table(
+    return ReportTable(
         f"Tuned configs written by this experiment (speedup at batch size 1, {LEVEL:.0%} interval over prompts)",
         (
             "pairing",
@@ -93,13 +93,13 @@ def tuned_table(record, speedups: dict[str, list[BatchSpeedup]]) -> Table:
     )
 
 
-def accept_len_table(pairings) -> Table:
+def accept_len_table(pairings) -> ReportTable:
     """accept_len(k) of each pairing's primary curve with its interval, k = 1..K."""
-    depth = max((p.measured.curves[0].max_depth for p in pairings), default=0)
+    depth = max((p.measured.primary.curve.max_depth for p in pairings), default=0)
     rows = []
     for p in pairings:
-        curve = p.measured.curves[0]
-        band = bands_of(curve, p.measured.per_prompt[0])[1]
+        curve = p.measured.primary.curve
+        band = bands_of(curve, p.measured.primary.per_prompt)[1]
         rows.append(
             (
                 p.label,
@@ -110,16 +110,16 @@ def accept_len_table(pairings) -> Table:
                 ),
             )
         )
-    return Table(
+    return ReportTable(
         f"accept_len(k) of the primary curve ({LEVEL:.0%} interval over prompts)",
         ("pairing", "curve", *(f"k={k}" for k in range(1, depth + 1))),
         tuple(rows),
     )
 
 
-def cond_accept_table(pairings) -> Table:
+def cond_accept_table(pairings) -> ReportTable:
     """cond_accept[j] of each pairing's primary curve: where acceptance falls off with depth."""
-    depth = max((p.measured.curves[0].max_depth for p in pairings), default=0)
+    depth = max((p.measured.primary.curve.max_depth for p in pairings), default=0)
     rows = tuple(
         (
             p.label,
@@ -127,16 +127,16 @@ def cond_accept_table(pairings) -> Table:
             *(f"{c.cond_accept[j - 1]:.3f}" if j <= c.max_depth else "" for j in range(1, depth + 1)),
         )
         for p in pairings
-        for c in p.measured.curves[:1]
+        for c in (m.curve for m in p.measured.curves[:1])
     )
-    return Table(
+    return ReportTable(
         "cond_accept[j] of the primary curve: P(draft j accepted | drafts 1..j-1 were)",
         ("pairing", "curve", *(f"j={j}" for j in range(1, depth + 1))),
         rows,
     )
 
 
-def drift_tables(pairings, *, condition: str, temperature: float) -> list[Table]:
+def drift_tables(pairings, *, condition: str, temperature: float) -> list[ReportTable]:
     """One table per drift diagnostic: its value by depth for every pairing that measured it."""
     out = []
     for name in REPORT_DRIFT:
@@ -152,7 +152,7 @@ def drift_tables(pairings, *, condition: str, temperature: float) -> list[Table]
         depths = sorted({d for v in values.values() for d in v})
         if values:
             out.append(
-                Table(
+                ReportTable(
                     f"{name} by depth ({condition}, T={temperature:g})",
                     ("pairing", *(f"k={d}" for d in depths)),
                     tuple((label, *(f"{v[d]:.3f}" if d in v else "" for d in depths)) for label, v in values.items()),
@@ -161,24 +161,31 @@ def drift_tables(pairings, *, condition: str, temperature: float) -> list[Table]
     return out
 
 
-def condition_table(pairings, *, temperature: float) -> Table:
+def condition_table(pairings, *, temperature: float) -> ReportTable:
     """accept_len at each pairing's deepest depth per condition, and its change against the first."""
-    curves = [c for p in pairings for c in p.measured.curves if c.temperature == temperature and not c.category]
+    curves = [
+        c
+        for p in pairings
+        for c in (m.curve for m in p.measured.curves)
+        if c.temperature == temperature and not c.category
+    ]
     conditions = ordered_conditions([{"condition": c.condition} for c in curves])
     rows = []
     for p in pairings:
         values = {
-            c.condition: c.accept_len[-1] for c in p.measured.curves if c.temperature == temperature and not c.category
+            c.condition: c.accept_len[-1]
+            for c in (m.curve for m in p.measured.curves)
+            if c.temperature == temperature and not c.category
         }
         rows.append((p.label, *condition_cells(values, conditions, conditions[0])))
-    return Table(
+    return ReportTable(
         f"accept_len at the deepest depth by condition, T={temperature:g} (change against {conditions[0]})",
         ("pairing", *conditions),
         tuple(rows),
     )
 
 
-def speedup_check_table(pairings) -> Table:
+def speedup_check_table(pairings) -> ReportTable:
     """Predicted against measured speedup by depth, where the engine validated the choice."""
     rows = []
     for p in pairings:
@@ -208,14 +215,14 @@ def speedup_check_table(pairings) -> Table:
                 else "failed: " + "; ".join(check.problems),
             )
         )
-    return Table(
+    return ReportTable(
         "Predicted against measured speedup (the real engine, batch size 1)",
         ("pairing", "k", "predicted", "measured", "tokens/s", "engine accept_len", ""),
         tuple(rows),
     )
 
 
-def category_table(pairings) -> Table:
+def category_table(pairings) -> ReportTable:
     """The depth each prompt category would get on its own (a categorised prompts file), beside the
     depth over every prompt: the best point estimate before the noise rule, and the decoder's tokens
     per pass at the deepest depth (where categories differ most)."""
@@ -233,7 +240,7 @@ def category_table(pairings) -> Table:
 
     rows, depth = [], 0
     for p in pairings:
-        primary = p.measured.curves[0]
+        primary = p.measured.primary.curve
         depth = primary.max_depth
         by_name = {
             c.category: c
@@ -244,7 +251,7 @@ def category_table(pairings) -> Table:
         rows += [
             ("", c.category, str(c.prompts), *cells(c.choice, by_name[c.category])) for c in p.selected.by_category
         ]
-    return Table(
+    return ReportTable(
         "Depth per prompt category (batch size 1)",
         (
             "pairing",
@@ -259,7 +266,7 @@ def category_table(pairings) -> Table:
     )
 
 
-def hf_table(pairings) -> Table:
+def hf_table(pairings) -> ReportTable:
     """Hugging Face `generate` timed on the same held-out prompts as the engine (validation.compare_hf):
     plain, and assisted by a standalone drafter at every depth and with HF's defaults."""
     rows = []
@@ -289,14 +296,14 @@ def hf_table(pairings) -> Table:
                     str(run.mismatches),
                 )
             )
-    return Table(
+    return ReportTable(
         "Hugging Face generate on the same prompts (an engine specfleet did not write)",
         ("pairing", "engine", "tokens/s", "over HF generate", "specfleet predicted", "greedy diffs"),
         tuple(rows),
     )
 
 
-def tree_table(pairings) -> Table:
+def tree_table(pairings) -> ReportTable:
     """The chosen draft tree per pairing, its expected tokens per pass and its gain over the chain."""
     rows = []
     for p in pairings:
@@ -313,7 +320,7 @@ def tree_table(pairings) -> Table:
                 f"{check.over_chain:.3f}" if check else "",
             )
         )
-    return Table(
+    return ReportTable(
         "Draft trees (batch size 1)",
         (
             "pairing",
@@ -328,7 +335,7 @@ def tree_table(pairings) -> Table:
     )
 
 
-def job_time_table(record) -> Table:
+def job_time_table(record) -> ReportTable:
     """What the experiment's finished jobs took, by kind, in the order the kinds first finished (a job
     reused from an earlier run counts with the time it took then)."""
     rows = tuple(
@@ -338,7 +345,7 @@ def job_time_table(record) -> Table:
     total = [s for t in record.job_seconds.values() for s in t]
     if total:
         rows += (("all", str(len(total)), f"{sum(total):.1f}", f"{sum(total) / len(total):.1f}", f"{max(total):.1f}"),)
-    return Table(
+    return ReportTable(
         "Time per job kind (seconds each job took where it ran)",
         ("kind", "jobs", "total (s)", "mean (s)", "longest (s)"),
         rows,

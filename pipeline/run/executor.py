@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from db.owners import new_owner
 from db.secrets import mask_secrets
@@ -40,6 +40,10 @@ from pipeline.run.progress import ProgressView
 from pipeline.run.record import Recording, finished, intact
 from pipeline.run.tracking import Tracker
 from pipeline.run.unrecorded import Unrecorded
+
+if TYPE_CHECKING:
+    from db.rows import JobRows
+    from db.store import Store
 
 
 class Cluster(Protocol):
@@ -74,22 +78,41 @@ class RunSummary:
 
 class OwnedStore:
     """The store as one driver writes it: job updates only while that driver holds the job, so a
-    driver whose lease another one took over cannot overwrite what that one records."""
+    driver whose lease another one took over cannot overwrite what that one records. It offers
+    exactly what a run uses of the store, each call with the driver's owner id filled in."""
 
-    def __init__(self, store, owner: str):
+    def __init__(self, store: Store, owner: str):
         self.store, self.owner = store, owner
 
-    def __getattr__(self, name):
-        return getattr(self.store, name)
+    def ensure_experiment(self, *, name: str, spec_hash: str, spec_yaml: str, code_version: str) -> int:
+        return self.store.ensure_experiment(
+            name=name, spec_hash=spec_hash, spec_yaml=spec_yaml, code_version=code_version
+        )
 
-    def mark_running(self, job_hash: str, **kw):
-        return self.store.mark_running(job_hash, owner=self.owner, **kw)
+    def set_experiment_run(self, experiment_id: int, mlflow_run_id: str) -> None:
+        self.store.set_experiment_run(experiment_id, mlflow_run_id)
 
-    def mark_done(self, job_hash: str, **kw):
-        return self.store.mark_done(job_hash, owner=self.owner, **kw)
+    def link_jobs(self, experiment_id: int, jobs: list[dict]) -> None:
+        self.store.link_jobs(experiment_id, jobs)
 
-    def mark_failed(self, job_hash: str, **kw):
-        return self.store.mark_failed(job_hash, owner=self.owner, **kw)
+    def finished_result(self, job_hash: str) -> dict | None:
+        return self.store.finished_result(job_hash)
+
+    def claim(self, job_hashes: Sequence[str], *, lease_s: float, rerun: Sequence[str] = ()) -> dict[str, str]:
+        """The jobs another live driver holds (job hash -> owner); none of `job_hashes` is claimed then."""
+        return self.store.claim(job_hashes, owner=self.owner, lease_s=lease_s, rerun=rerun)
+
+    def renew(self, *, lease_s: float) -> int:
+        return self.store.renew(self.owner, lease_s=lease_s)
+
+    def mark_running(self, job_hash: str, *, mlflow_run_id: str | None) -> None:
+        self.store.mark_running(job_hash, mlflow_run_id=mlflow_run_id, owner=self.owner)
+
+    def mark_done(self, job_hash: str, *, result: dict, rows: JobRows | None = None) -> None:
+        self.store.mark_done(job_hash, result=result, rows=rows, owner=self.owner)
+
+    def mark_failed(self, job_hash: str, *, error: str) -> None:
+        self.store.mark_failed(job_hash, error=error, owner=self.owner)
 
 
 LEASE_S = float(os.environ.get("SPECFLEET_LEASE_S", 60))  # a driver renews its claims every third of it
@@ -100,7 +123,7 @@ MAX_CURVES_PLOTTED = 24  # pairings in the run's one plot of every curve
 @dataclass
 class Context:
     plan: Plan
-    store: object
+    store: OwnedStore
     tracker: Tracker
     unrecorded: Unrecorded
     owner: str = field(default_factory=new_owner)
@@ -110,6 +133,8 @@ class Context:
     parent_run: str = ""
     jobs: dict[str, Job] = field(default_factory=dict)  # the plan's jobs by hash
     checkpoints: str = ""  # the store this run's jobs put their files in (pipeline/core/artifacts.py)
+    runs: dict[str, str] = field(default_factory=dict)  # job hash -> its MLflow run, once started
+    summary: RunSummary | None = None  # what the run did so far, from when the experiment is open
 
     def __post_init__(self):
         self.jobs = self.plan.by_hash()
@@ -131,8 +156,8 @@ def run_plan(
     jobs put their files in (default: pipeline/run/checkpoint_store.py's choice)."""
     t0 = time.perf_counter()
     given = given_store(checkpoints, tracker)  # a bad one is refused before anything is read or written
-    ctx = Context(plan, store, tracker, Unrecorded(workdir))
-    ctx.store = OwnedStore(store, ctx.owner)
+    owner = new_owner()
+    ctx = Context(plan, OwnedStore(store, owner), tracker, Unrecorded(workdir), owner=owner)
     for folder in (ctx.unrecorded.checkpoints, ctx.unrecorded.root):  # what a killed run was still writing
         for left in clean_partials(folder):
             console.print(f"removed {left.name}: a half-written file of a run that ended")
@@ -151,15 +176,14 @@ def run_plan(
         elsewhere = cl.elsewhere() if cl is not None else 0
         if elsewhere and not given and not tracker.is_server():
             raise UserError(unshared(elsewhere, "this machine's work directory"))
-        summary = _open_experiment(ctx, spec, spec_text, about)
+        summary = ctx.summary = _open_experiment(ctx, spec, spec_text, about)
         try:
             ctx.checkpoints = given or default_store(tracker, ctx.parent_run, workdir, elsewhere)
             reusable = _claim(ctx, reusable, console)
             summary.cached = list(reusable)
-            runs: dict[str, str] = {}
-            _record_kept(ctx, kept, reusable, runs, summary, console)
+            _record_kept(ctx, kept, reusable, console)
             if cl is not None:
-                _execute(ctx, cl, summary, reusable, runs, console)
+                _execute(ctx, cl, reusable, console)
             summary.report = _report(ctx, workdir / "reports" / f"{spec.name}-curves.png", spec.name)
         except BaseException:
             tracker.end(ctx.parent_run, ok=False)
@@ -204,7 +228,7 @@ def _report(ctx: Context, path: Path, name: str) -> Path | None:
     for job in measuring:
         measured = finished(ctx.store, job.kind, job.hash)
         if measured is not None:
-            curves[f"{job.target} / {job.drafter}"] = measured.curves[0]
+            curves[f"{job.target} / {job.drafter}"] = measured.primary.curve
     if not curves:
         return None
     plot_comparison(curves, path, f"{name}: acceptance vs depth")
@@ -220,7 +244,7 @@ def _claim(ctx: Context, reusable: dict, console) -> dict:
     while True:
         to_run = [j.hash for j in ctx.plan.jobs if j.hash not in reusable]
         # done once but their files are gone or damaged (found by _reusable): they run again
-        others = ctx.store.claim(to_run, owner=ctx.owner, lease_s=LEASE_S, rerun=sorted(ctx.stale))
+        others = ctx.store.claim(to_run, lease_s=LEASE_S, rerun=sorted(ctx.stale))
         if not others:
             ctx.tracker.end_abandoned(ctx.mlflow_experiment, done=set(reusable), claimed=set(to_run))
             return reusable
@@ -247,7 +271,7 @@ def _reusable(ctx: Context, hashes: set[str] | None = None) -> dict[str, object]
     return out
 
 
-def _record_kept(ctx: Context, kept: dict, reusable: dict, runs: dict, summary: RunSummary, console) -> None:
+def _record_kept(ctx: Context, kept: dict, reusable: dict, console) -> None:
     """Record the results an earlier run finished but could not record (pipeline/run/unrecorded.py);
     they join `reusable`, as inputs of the jobs still to run. Those another driver recorded in the
     meantime are dropped, and so are those with an input that has to run again (they run again
@@ -258,15 +282,15 @@ def _record_kept(ctx: Context, kept: dict, reusable: dict, runs: dict, summary: 
         if job.hash in reusable or any(h not in reusable for _, h in job.deps):
             ctx.unrecorded.drop(job.hash)
             continue
-        ctx.store.renew(ctx.owner, lease_s=LEASE_S)  # uploading checkpoints can take a while
-        runs[job.hash] = _start_run(ctx, job)
-        if _record(ctx, job, kept[job.hash], runs, summary):
-            summary.recovered.append(job.hash)
+        ctx.store.renew(lease_s=LEASE_S)  # uploading checkpoints can take a while
+        ctx.runs[job.hash] = _start_run(ctx, job)
+        if _record(ctx, job, kept[job.hash]):
+            ctx.summary.recovered.append(job.hash)
             console.print(f"recorded {job.name}: finished by an earlier run that could not record it")
         reusable[job.hash] = kept[job.hash]  # not run again either way; what runs on it is recorded only if it is
 
 
-def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, runs: dict, console) -> None:
+def _execute(ctx: Context, cl: Cluster, reusable: dict, console) -> None:
     jobs = ctx.jobs
     submitted: dict[str, object] = {}  # job hash -> result ref of a job that runs now
     reused_refs: dict[str, object] = {}  # job hash -> ref of a reused result handed to the cluster
@@ -282,13 +306,13 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, run
                 deps[name] = submitted.get(h, reused_refs.get(h))
             ref = cl.submit(job, deps, ctx.checkpoints)
             submitted[job.hash], pending[ref] = ref, job.hash
-        view = ProgressView(console, jobs, cached={*summary.cached, *summary.recovered})
+        view = ProgressView(console, jobs, cached={*ctx.summary.cached, *ctx.summary.recovered})
         seen: dict[str, float] = {}  # job hash -> when the board first showed it started
         renewed = time.monotonic()
         with view:
             while pending:
                 if time.monotonic() - renewed > LEASE_S / 3:  # the heartbeat: our claims stay ours
-                    ctx.store.renew(ctx.owner, lease_s=LEASE_S)
+                    ctx.store.renew(lease_s=LEASE_S)
                     renewed = time.monotonic()
                 # results on disk before anything is written: a store outage from here on loses none
                 arrived = {
@@ -296,12 +320,12 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, run
                 }
                 board = cl.progress()
                 for h in board:
-                    if h not in runs and h in submitted:
-                        runs[h] = _start_run(ctx, jobs[h])
+                    if h not in ctx.runs and h in submitted:
+                        ctx.runs[h] = _start_run(ctx, jobs[h])
                     seen.setdefault(h, time.monotonic())
                 for ref, outcome in arrived.items():
                     h = pending.pop(ref)
-                    _finish(ctx, cl, jobs[h], ref, outcome, runs, summary)
+                    _finish(ctx, cl, jobs[h], ref, outcome)
                 for ref, h in list(pending.items()):
                     limit = jobs[h].time_limit_s
                     if limit is not None and h in seen and time.monotonic() - seen[h] > limit:
@@ -310,11 +334,9 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, run
                         _record_failure(
                             ctx,
                             h,
-                            runs,
-                            summary,
                             f"timed out: ran longer than resources.{jobs[h].kind}.time_limit_s = {limit:g} s",
                         )
-                view.update(board, summary)
+                view.update(board, ctx.summary)
     except BaseException:  # interrupted or a store/MLflow failure: leave nothing marked running
         _keep_arrived(ctx, cl, pending)
         cl.cancel(list(pending))
@@ -326,19 +348,17 @@ def _execute(ctx: Context, cl: Cluster, summary: RunSummary, reusable: dict, run
             )
         never_submitted = [j.hash for j in ctx.plan.jobs if j.hash not in submitted and j.hash not in reusable]
         for h in [*pending.values(), *never_submitted]:
-            _record_failure(ctx, h, runs, summary, "interrupted before it finished")
+            _record_failure(ctx, h, "interrupted before it finished")
         raise
 
 
-def _record_failure(
-    ctx: Context, h: str, runs: dict, summary: RunSummary, reason: str, detail: str | None = None
-) -> None:
+def _record_failure(ctx: Context, h: str, reason: str, detail: str | None = None) -> None:
     """The job failed: its one-line reason is printed and stored, with the whole traceback (which
     `specfleet status --job` shows) under it in the database."""
-    if h in runs:
-        ctx.tracker.end(runs[h], ok=False)
+    if h in ctx.runs:
+        ctx.tracker.end(ctx.runs[h], ok=False)
     ctx.store.mark_failed(h, error=reason if not detail else f"{reason}\n{detail}")
-    summary.failed[h] = reason
+    ctx.summary.failed[h] = reason
 
 
 def _start_run(ctx: Context, job: Job) -> str:
@@ -374,15 +394,15 @@ def _collect(ctx: Context, cl: Cluster, job: Job, ref):
     return ctx.unrecorded.keep(job, result) if isinstance(result, job_kind(job.kind).result) else result
 
 
-def _finish(ctx: Context, cl: Cluster, job: Job, ref, outcome, runs: dict, summary: RunSummary) -> None:
+def _finish(ctx: Context, cl: Cluster, job: Job, ref, outcome) -> None:
     """Record what `_collect` gave for a job: its failure, or its result."""
     if isinstance(outcome, Exception):  # the job failed: record it, keep going
         exc = outcome
-        started = job.hash in runs
+        started = job.hash in ctx.runs
         worker_log = getattr(getattr(exc, "cause", None) or exc, "worker_log", None)
         if started and worker_log:
-            ctx.tracker.log_text(runs[job.hash], mask_secrets(worker_log), "worker.log")
-        upstream = next((ctx.jobs[h].name for _, h in job.deps if h in summary.failed), None)
+            ctx.tracker.log_text(ctx.runs[job.hash], mask_secrets(worker_log), "worker.log")
+        upstream = next((ctx.jobs[h].name for _, h in job.deps if h in ctx.summary.failed), None)
         reason = (
             _one_line(exc)
             if started
@@ -390,34 +410,32 @@ def _finish(ctx: Context, cl: Cluster, job: Job, ref, outcome, runs: dict, summa
             if upstream
             else f"not run: an upstream job failed ({_one_line(exc)})"
         )
-        _record_failure(ctx, job.hash, runs, summary, reason, detail=_traceback(exc) if started else None)
+        _record_failure(ctx, job.hash, reason, detail=_traceback(exc) if started else None)
         return
     result, wanted = outcome, job_kind(job.kind).result
-    if job.hash not in runs:  # finished between two polls of the progress board
-        runs[job.hash] = _start_run(ctx, job)
+    if job.hash not in ctx.runs:  # finished between two polls of the progress board
+        ctx.runs[job.hash] = _start_run(ctx, job)
     worker_log = cl.log(ref)
     if worker_log:
-        ctx.tracker.log_text(runs[job.hash], mask_secrets(worker_log), "worker.log")
+        ctx.tracker.log_text(ctx.runs[job.hash], mask_secrets(worker_log), "worker.log")
     if not isinstance(result, wanted):
         _record_failure(
             ctx,
             job.hash,
-            runs,
-            summary,
             f"recording failed: TypeError: {job.kind} returned {type(result).__name__}, not {wanted.__name__}",
         )
         return
-    if _record(ctx, job, result, runs, summary):
-        summary.done.append(job.hash)
+    if _record(ctx, job, result):
+        ctx.summary.done.append(job.hash)
 
 
-def _record(ctx: Context, job: Job, result, runs: dict, summary: RunSummary) -> bool:
+def _record(ctx: Context, job: Job, result) -> bool:
     """Record a finished job's kept result in MLflow and the database (its run is started); the
     kept copy is removed once it is. Whether it was recorded."""
-    run_id = runs[job.hash]
-    failed_inputs = [ctx.jobs[h].name for _, h in job.deps if h in summary.failed]
+    run_id = ctx.runs[job.hash]
+    failed_inputs = [ctx.jobs[h].name for _, h in job.deps if h in ctx.summary.failed]
     if failed_inputs:  # it ran on an input that was never recorded: recording it would orphan it
-        _record_failure(ctx, job.hash, runs, summary, f"not recorded: its input {failed_inputs[0]} failed to record")
+        _record_failure(ctx, job.hash, f"not recorded: its input {failed_inputs[0]} failed to record")
         return False
     rec = Recording(
         ctx.tracker, ctx.store, run_id, ctx.experiment_id, ctx.plan.spec_hash, ctx.plan.code_version, ctx.jobs
@@ -425,7 +443,7 @@ def _record(ctx: Context, job: Job, result, runs: dict, summary: RunSummary) -> 
     try:
         resolve(job_kind(job.kind).record)(job, result, rec)
     except Exception as exc:  # the job ran but could not be recorded: it stays not done; its result stays kept
-        _record_failure(ctx, job.hash, runs, summary, f"recording failed: {_one_line(exc)}")
+        _record_failure(ctx, job.hash, f"recording failed: {_one_line(exc)}")
         return False
     ctx.unrecorded.drop(job.hash)
     ctx.tracker.end(run_id, ok=True)

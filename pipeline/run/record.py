@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from db.rows import (
+    CheckRows,
+    ChoiceRows,
+    CurveRows,
     category_depth_rows,
     curve_rows,
     diagnostic_rows,
@@ -100,15 +103,17 @@ def checkpoint_tags(result: Stored) -> dict[str, str]:
 def record_measured(job: Job, result: Measured, rec: Recording) -> None:
     """Curves with step = depth (the primary one also under the plain names), diagnostics, the
     primary curve's acceptance by draft rank (MLflow draws each series; `specfleet report` plots them)."""
-    curves, by_category = result.curves, category_curves(result)
+    curves, by_category = tuple(m.curve for m in result.curves), category_curves(result)
     series = curve_series(curves[0], "")
     for curve in (*curves, *by_category):
         series.update(curve_series(curve, curve_suffix(curve)))
     for d in result.diagnostics:
         series.setdefault(metric_key(d.name, d.condition, d.temperature), []).append((d.depth, d.value))
     accepts = [
-        rank_accepts([p for prompt in paths for p in prompt], curve.max_depth, result.rank_topk) if paths else []
-        for curve, paths in zip(curves, result.rank_paths)
+        rank_accepts([p for prompt in m.rank_paths for p in prompt], m.curve.max_depth, result.rank_topk)
+        if m.rank_paths
+        else []
+        for m in result.curves
     ]
     for d, r, share in accepts[0] if accepts else ():  # the primary curve's, one series per rank
         series.setdefault(f"rank_accept/r{r}", []).append((d, share))
@@ -116,9 +121,11 @@ def record_measured(job: Job, result: Measured, rec: Recording) -> None:
     rec.store.mark_done(
         job.hash,
         result=_stored_json(result),
-        curves=curve_rows(job.target, job.drafter, (*curves, *by_category)),
-        diagnostics=diagnostic_rows(job.target, job.drafter, result.diagnostics),
-        rank_accepts=rank_accept_rows(job.target, job.drafter, curves, accepts),
+        rows=CurveRows(
+            curves=curve_rows(job.target, job.drafter, (*curves, *by_category)),
+            diagnostics=diagnostic_rows(job.target, job.drafter, result.diagnostics),
+            rank_accepts=rank_accept_rows(job.target, job.drafter, curves, accepts),
+        ),
     )
 
 
@@ -197,8 +204,7 @@ def record_selected(job: Job, result: Selected, rec: Recording) -> None:
     rec.store.mark_done(
         job.hash,
         result=_stored_json(result),
-        tuned=tuned,
-        category_depths=category_depth_rows(job.target, job.drafter, result),
+        rows=ChoiceRows(tuned=tuned, category_depths=category_depth_rows(job.target, job.drafter, result)),
     )
 
 
@@ -229,8 +235,10 @@ def record_validated(job: Job, result: Validated, rec: Recording) -> None:
     rec.store.mark_done(
         job.hash,
         result=_stored_json(result),
-        speedup_checks=speedup_rows(job.target, job.drafter, check),
-        tree_checks=tree_check_rows(job.target, job.drafter, check),
+        rows=CheckRows(
+            speedup_checks=speedup_rows(job.target, job.drafter, check),
+            tree_checks=tree_check_rows(job.target, job.drafter, check),
+        ),
     )
 
 

@@ -16,7 +16,7 @@ from support.databases import engine_for
 
 from db.migrate import alembic_config, current_revision, head_revision
 from db.store import Store
-from db.tables import Base, Diagnostic, Experiment, Job, TunedConfig, utc_now
+from db.tables import Base, Diagnostic, Experiment, JobRecord, TunedConfig, utc_now
 
 # the columns revision 0004 has (the table has gained some since)
 CURVES_AT_0004 = table(
@@ -43,7 +43,7 @@ def test_database_at_0004_moves_decode_accept_len_into_curves_and_back(db_url: s
     with engine.begin() as connection:
         command.upgrade(alembic_config(connection), "0004")
         job_id = connection.execute(
-            insert(Job.__table__)
+            insert(JobRecord.__table__)
             .values(
                 job_hash="old-curve",
                 kind="measure_curve",
@@ -54,7 +54,7 @@ def test_database_at_0004_moves_decode_accept_len_into_curves_and_back(db_url: s
                 result_json="{}",
                 created_at=utc_now(),
             )
-            .returning(Job.id)
+            .returning(JobRecord.id)
         ).scalar_one()
         place = {"job_id": job_id, "target": "t", "drafter": "d", "condition": "default", "temperature": 0.0}
         for depth, accept_len, walked in ((1, 1.6, 1.5), (2, 1.9, 1.7)):
@@ -73,7 +73,7 @@ def test_database_at_0004_moves_decode_accept_len_into_curves_and_back(db_url: s
             ("old-default", {"norm": "post"}),
         ):
             connection.execute(
-                insert(Job.__table__).values(
+                insert(JobRecord.__table__).values(
                     job_hash=name,
                     kind="train_drafter",
                     name=name,
@@ -87,9 +87,9 @@ def test_database_at_0004_moves_decode_accept_len_into_curves_and_back(db_url: s
         _offline_choices_at_0004(connection)
 
     with Store(db_url) as store:  # opening upgrades to the head revision
-        curve = store.curve_rows()
+        curve = store.curves()
         assert [(r["depth"], r["accept_len"], r["decode_accept_len"]) for r in curve] == [(1, 1.6, 1.5), (2, 1.9, 1.7)]
-        assert [r["name"] for r in store.diagnostic_rows()] == ["rms"]  # only the drift diagnostics stay
+        assert [r["name"] for r in store.diagnostics()] == ["rms"]  # only the drift diagnostics stay
         # trained drafters learn their family from their job config
         families = {h: store.finished_result(h)["family"] for h in ("old-eagle", "old-small", "old-default")}
         assert families == {"old-eagle": "eagle3", "old-small": "standalone", "old-default": "eagle3"}
@@ -123,7 +123,7 @@ def _offline_choices_at_0004(connection) -> None:
         .returning(Experiment.id)
     ).scalar_one()
     connection.execute(
-        insert(Job.__table__).values(
+        insert(JobRecord.__table__).values(
             job_hash="cost-t",
             kind="profile_cost",
             name="cost-t",
@@ -140,7 +140,7 @@ def _offline_choices_at_0004(connection) -> None:
         ("older", {}),
     ):
         job_id = connection.execute(
-            insert(Job.__table__)
+            insert(JobRecord.__table__)
             .values(
                 job_hash=f"select-{drafter}",
                 kind="select_depth",
@@ -151,7 +151,7 @@ def _offline_choices_at_0004(connection) -> None:
                 result_json=json.dumps({"choice": {"depth": 1, **choice}}),
                 created_at=utc_now(),
             )
-            .returning(Job.id)
+            .returning(JobRecord.id)
         ).scalar_one()
         connection.execute(
             insert(TunedConfig.__table__).values(  # the columns revision 0004 has

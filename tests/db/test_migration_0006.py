@@ -15,7 +15,7 @@ from support.databases import engine_for
 
 from db.migrate import alembic_config, current_revision, head_revision
 from db.store import Store, StoreError
-from db.tables import Base, Experiment, Job, TunedConfig, utc_now
+from db.tables import Base, Experiment, JobRecord, TunedConfig, utc_now
 
 
 def test_offline_rows_before_0006_were_measured_with_sampled_drafts(db_url: str) -> None:
@@ -28,7 +28,7 @@ def test_offline_rows_before_0006_were_measured_with_sampled_drafts(db_url: str)
             .returning(Experiment.id)
         ).scalar_one()
         select_job = connection.execute(
-            insert(Job.__table__)
+            insert(JobRecord.__table__)
             .values(
                 job_hash="select-old",
                 kind="select_depth",
@@ -39,7 +39,7 @@ def test_offline_rows_before_0006_were_measured_with_sampled_drafts(db_url: str)
                 result_json="{}",
                 created_at=utc_now(),
             )
-            .returning(Job.id)
+            .returning(JobRecord.id)
         ).scalar_one()
         for drafter, source, job in (("offline", "offline", select_job), ("prod", "production", None)):
             connection.execute(

@@ -13,8 +13,9 @@ from sqlalchemy import column, insert, select, table
 from support.databases import engine_for
 
 from db.migrate import alembic_config, current_revision, head_revision
+from db.rows import CurveRows
 from db.store import Store
-from db.tables import Base, Job, utc_now
+from db.tables import Base, JobRecord, utc_now
 from pipeline.core.types import Curve
 
 CURVES_AT_0006 = table(
@@ -55,7 +56,7 @@ def test_curves_before_0007_are_over_every_prompt_and_category_rows_go_on_downgr
     with engine.begin() as connection:
         command.upgrade(alembic_config(connection), "0006")
         job_id = connection.execute(
-            insert(Job.__table__)
+            insert(JobRecord.__table__)
             .values(
                 job_hash="old-curve",
                 kind="measure_curve",
@@ -66,7 +67,7 @@ def test_curves_before_0007_are_over_every_prompt_and_category_rows_go_on_downgr
                 result_json="{}",
                 created_at=utc_now(),
             )
-            .returning(Job.id)
+            .returning(JobRecord.id)
         ).scalar_one()
         connection.execute(
             insert(CURVES_AT_0006).values(
@@ -83,7 +84,7 @@ def test_curves_before_0007_are_over_every_prompt_and_category_rows_go_on_downgr
             )
         )
     with Store(db_url) as store:  # opening upgrades to the head revision
-        assert [(r["category"], r["accept_len"]) for r in store.curve_rows()] == [("", 1.6)]
+        assert [(r["category"], r["accept_len"]) for r in store.curves()] == [("", 1.6)]
         experiment = store.ensure_experiment(name="e", spec_hash="s", spec_yaml="name: e\n", code_version="v")
         store.link_job(experiment, job_hash="new-curve", kind="measure_curve", name="m", config={})
         store.mark_running("new-curve", mlflow_run_id=None)
@@ -91,11 +92,13 @@ def test_curves_before_0007_are_over_every_prompt_and_category_rows_go_on_downgr
         store.mark_done(
             "new-curve",
             result={},
-            curves=[("t", "d", _curve("", 0.5)), ("t", "d", _curve("code", 0.7)), ("t", "d", _curve("math", 0.3))],
+            rows=CurveRows(
+                curves=[("t", "d", _curve("", 0.5)), ("t", "d", _curve("code", 0.7)), ("t", "d", _curve("math", 0.3))]
+            ),
         )
-        assert [r["accept_len"] for r in store.curve_rows(drafter="d")] == [1.6, 1.5]
-        assert [(r["category"], r["accept_len"]) for r in store.curve_rows(category="math")] == [("math", 1.3)]
-        assert len(store.curve_rows(category=None)) == 4
+        assert [r["accept_len"] for r in store.curves(drafter="d")] == [1.6, 1.5]
+        assert [(r["category"], r["accept_len"]) for r in store.curves(category="math")] == [("math", 1.3)]
+        assert len(store.curves(category=None)) == 4
     with engine.begin() as connection:
         assert current_revision(connection) == head_revision()
         assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []

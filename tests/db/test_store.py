@@ -18,8 +18,9 @@ from sqlalchemy import create_engine, insert, inspect
 from support.databases import engine_for
 
 from db.migrate import alembic_config, current_revision, head_revision
+from db.rows import CheckRows, ChoiceRows, CurveRows
 from db.store import DIAGNOSTIC_KEYS, TUNED_KEYS, Store, StoreError
-from db.tables import Base, Job, utc_now
+from db.tables import Base, JobRecord, utc_now
 from pipeline.core.types import Curve
 
 TABLES = {
@@ -130,7 +131,7 @@ def _tuned(experiment_id: int, **overrides: object) -> dict:
 def _select_job(store: Store, experiment_id: int, job_hash: str, **tuned: object) -> None:
     _link(store, experiment_id, job_hash)
     store.mark_running(job_hash, mlflow_run_id=f"run-{job_hash}")
-    store.mark_done(job_hash, result={"depth": 3}, tuned=_tuned(experiment_id, **tuned))
+    store.mark_done(job_hash, result={"depth": 3}, rows=ChoiceRows(tuned=_tuned(experiment_id, **tuned)))
 
 
 def _status(store: Store, job_hash: str) -> dict:
@@ -265,14 +266,16 @@ def test_mark_done_stores_one_row_per_depth_and_condition(store: Store) -> None:
     store.mark_done(
         "curve-a",
         result={"max_depth": 4},
-        curves=[
-            ("tiny-llama", "eagle", _curve(cond_accept)),
-            ("tiny-llama", "eagle", _curve((0.5, 0.4), condition="sampled", temperature=1.0)),
-            ("tiny-llama", "eagle", _curve((0.6,), condition="sampled", temperature=0.7)),
-        ],
+        rows=CurveRows(
+            curves=[
+                ("tiny-llama", "eagle", _curve(cond_accept)),
+                ("tiny-llama", "eagle", _curve((0.5, 0.4), condition="sampled", temperature=1.0)),
+                ("tiny-llama", "eagle", _curve((0.6,), condition="sampled", temperature=0.7)),
+            ]
+        ),
     )
 
-    rows = store.curve_rows(condition="greedy")
+    rows = store.curves(condition="greedy")
     assert [r["depth"] for r in rows] == [1, 2, 3, 4]
     for row in rows:
         depth = row["depth"]
@@ -286,21 +289,21 @@ def test_mark_done_stores_one_row_per_depth_and_condition(store: Store) -> None:
         assert (row["condition"], row["temperature"]) == ("greedy", 0.0)
     assert rows[-1]["accept_len"] == pytest.approx(1 + 0.9 + 0.72 + 0.504 + 0.3024)
 
-    keys = [(r["condition"], r["temperature"], r["depth"]) for r in store.curve_rows()]
+    keys = [(r["condition"], r["temperature"], r["depth"]) for r in store.curves()]
     assert keys == [("greedy", 0.0, d) for d in (1, 2, 3, 4)] + [
         ("sampled", 0.7, 1),
         ("sampled", 1.0, 1),
         ("sampled", 1.0, 2),
     ]
-    sampled = store.curve_rows(target="tiny-llama", drafter="eagle", condition="sampled")
+    sampled = store.curves(target="tiny-llama", drafter="eagle", condition="sampled")
     assert [r["survival"] for r in sampled] == pytest.approx([0.6, 0.5, 0.2])
     assert set(sampled[0]) == set(rows[0])  # the output keys do not depend on the filter
 
     # A retried job replaces all its rows instead of adding to them.
-    store.mark_done("curve-a", result={}, curves=[("tiny-llama", "eagle", _curve((0.5, 0.5)))])
-    assert [(r["depth"], r["survival"]) for r in store.curve_rows()] == [(1, 0.5), (2, 0.25)]
-    assert store.curve_rows(condition="sampled") == []
-    assert store.curve_rows(target="other") == []
+    store.mark_done("curve-a", result={}, rows=CurveRows(curves=[("tiny-llama", "eagle", _curve((0.5, 0.5)))]))
+    assert [(r["depth"], r["survival"]) for r in store.curves()] == [(1, 0.5), (2, 0.25)]
+    assert store.curves(condition="sampled") == []
+    assert store.curves(target="other") == []
 
 
 def test_diagnostics_round_trip_sorted_filtered_and_replaced(store: Store) -> None:
@@ -314,10 +317,10 @@ def test_diagnostics_round_trip_sorted_filtered_and_replaced(store: Store) -> No
         _diag("rms", 1, 2.0, condition="sampled", temperature=1.0),
         _diag("rms_low", 1, 0.5, drafter="medusa"),
     ]
-    store.mark_done("curve-a", result={}, curves=[], diagnostics=given)
-    store.mark_done("curve-b", result={}, diagnostics=[_diag("rms", 1, 9.0, target="a-target")])
+    store.mark_done("curve-a", result={}, rows=CurveRows(curves=[], diagnostics=given))
+    store.mark_done("curve-b", result={}, rows=CurveRows(diagnostics=[_diag("rms", 1, 9.0, target="a-target")]))
 
-    rows = store.diagnostic_rows()
+    rows = store.diagnostics()
     assert all(set(r) == {*DIAGNOSTIC_KEYS, "job_hash"} for r in rows)
     assert [(r["target"], r["drafter"], r["condition"], r["name"], r["depth"]) for r in rows] == [
         ("a-target", "eagle", "greedy", "rms", 1),
@@ -331,15 +334,15 @@ def test_diagnostics_round_trip_sorted_filtered_and_replaced(store: Store) -> No
     mine = [{k: r[k] for k in DIAGNOSTIC_KEYS} for r in rows if r["job_hash"] == "curve-a"]
     key = lambda d: (d["drafter"], d["condition"], d["name"], d["depth"])  # noqa: E731
     assert sorted(mine, key=key) == sorted(given, key=key)
-    assert [r["value"] for r in store.diagnostic_rows(condition="sampled")] == [2.0]
-    assert [r["job_hash"] for r in store.diagnostic_rows(target="a-target")] == ["curve-b"]
-    assert [r["name"] for r in store.diagnostic_rows(drafter="medusa")] == ["rms_low"]
+    assert [r["value"] for r in store.diagnostics(condition="sampled")] == [2.0]
+    assert [r["job_hash"] for r in store.diagnostics(target="a-target")] == ["curve-b"]
+    assert [r["name"] for r in store.diagnostics(drafter="medusa")] == ["rms_low"]
 
     # A repeated mark_done replaces this job's diagnostics and leaves other jobs' alone;
     # diagnostics=None leaves them as they are.
-    store.mark_done("curve-a", result={}, diagnostics=[_diag("rms_fused", 3, 0.75)])
+    store.mark_done("curve-a", result={}, rows=CurveRows(diagnostics=[_diag("rms_fused", 3, 0.75)]))
     store.mark_done("curve-a", result={})
-    assert [(r["job_hash"], r["name"]) for r in store.diagnostic_rows()] == [
+    assert [(r["job_hash"], r["name"]) for r in store.diagnostics()] == [
         ("curve-b", "rms"),
         ("curve-a", "rms_fused"),
     ]
@@ -383,8 +386,8 @@ def test_trees_are_stored_beside_curves_and_tuned_configs(store: Store) -> None:
         }
         for d, r, share in ((1, 0, 0.7), (1, 1, 0.2), (2, 0, 0.6))
     ]
-    store.mark_done("curve-t", result={}, rank_accepts=accepts)
-    rows = store.rank_accept_rows(target="tiny-llama")
+    store.mark_done("curve-t", result={}, rows=CurveRows(rank_accepts=accepts))
+    rows = store.rank_accepts(target="tiny-llama")
     assert [(r["depth"], r["rank"], r["accept"], r["job_hash"]) for r in rows] == [
         (1, 0, 0.7, "curve-t"),
         (1, 1, 0.2, "curve-t"),
@@ -393,7 +396,7 @@ def test_trees_are_stored_beside_curves_and_tuned_configs(store: Store) -> None:
     for bad, field in (({"rank": -1}, "rank"), ({"accept": 1.5}, "accept"), ({"depth": 0}, "depth")):
         _measure_job(store, "curve-bad")
         with pytest.raises(StoreError, match=field):
-            store.mark_done("curve-bad", result={}, rank_accepts=[{**accepts[0], **bad}])
+            store.mark_done("curve-bad", result={}, rows=CurveRows(rank_accepts=[{**accepts[0], **bad}]))
         assert _status(store, "curve-bad")["status"] == "running"  # nothing half-written
     experiment_id = _experiment(store)
     _select_job(
@@ -433,11 +436,13 @@ def test_trees_are_stored_beside_curves_and_tuned_configs(store: Store) -> None:
     _link(store, experiment_id, "speedup-t", kind="measure_speedup")
     store.mark_running("speedup-t", mlflow_run_id="run-speedup-t")
     with pytest.raises(StoreError, match="tree_checks.0. of job speedup-t: tree must be"):
-        store.mark_done("speedup-t", result={}, tree_checks=[{**check, "tree_json": "[[0], [-1]]"}])
+        store.mark_done("speedup-t", result={}, rows=CheckRows(tree_checks=[{**check, "tree_json": "[[0], [-1]]"}]))
     store.mark_done(
-        "speedup-t", result={}, tree_checks=[check, {**check, "position": 1, "tree_json": "[[0]]", "depth": 1}]
+        "speedup-t",
+        result={},
+        rows=CheckRows(tree_checks=[check, {**check, "position": 1, "tree_json": "[[0]]", "depth": 1}]),
     )
-    assert [r["tree"] for r in store.tree_check_rows(drafter="treed")] == [[[0], [1], [0, 0]], [[0]]]
+    assert [r["tree"] for r in store.tree_checks(drafter="treed")] == [[[0], [1], [0, 0]], [[0]]]
     (row,) = store.with_tree_checks(store.best(drafter="treed"))
     assert row["tree_measured_over_chain"] == pytest.approx(60.0 / 50.0)
 
@@ -458,7 +463,7 @@ def test_tuned_config_is_stored_and_returned_by_best(store: Store) -> None:
     }
 
     # Versions are immutable: replaying mark_done keeps the job's one version as it was.
-    store.mark_done("select-a", result={"depth": 3}, tuned=_tuned(experiment_id, depth=4))
+    store.mark_done("select-a", result={"depth": 3}, rows=ChoiceRows(tuned=_tuned(experiment_id, depth=4)))
     assert [(b["version"], b["depth"]) for b in store.best(history=True)] == [(1, 3)]
 
 
@@ -486,9 +491,8 @@ def test_best_returns_newest_config_per_pairing_and_filters(store: Store) -> Non
 
 
 def _good_done(experiment_id: int) -> dict:
-    """mark_done arguments that succeed; each case below breaks one part of them."""
+    """mark_done's rows that succeed, of each kind; each case below breaks one part of them."""
     return {
-        "result": {"depth": 3},
         "curves": [
             ("tiny-llama", "eagle-1layer", _curve((0.9, 0.8))),
             ("tiny-llama", "eagle-1layer", _curve((0.7,), condition="sampled", temperature=1.0)),
@@ -497,6 +501,11 @@ def _good_done(experiment_id: int) -> dict:
         "speedup_checks": [_speedup(0, 40.0), _speedup(1, 52.0), _speedup(2, 58.0)],
         "tuned": _tuned(experiment_id),
     }
+
+
+def _rows(args: dict, *kinds: type) -> list:
+    """The rows objects of `kinds` built from _good_done's fields."""
+    return [kind(**{f: args[f] for f in kind.__dataclass_fields__ if f in args}) for kind in kinds]
 
 
 def _without(entry: dict, key: str) -> dict:
@@ -543,29 +552,33 @@ def test_failed_mark_done_writes_nothing(store: Store, case: str) -> None:
     _link(store, experiment_id, "select-a")
     store.mark_running("select-a", mlflow_run_id="run-a")
 
+    args = break_args(_good_done(experiment_id))
+    kind = ChoiceRows if case.startswith("tuned") else CurveRows  # the rows the case breaks
+    (rows,) = _rows(args, kind)
     with pytest.raises(StoreError, match=message):
-        store.mark_done("select-a", **break_args(_good_done(experiment_id)))
+        store.mark_done("select-a", result={"depth": 3}, rows=rows)
 
     job = _status(store, "select-a")
     assert (job["status"], job["finished_at"]) == ("running", None)
     assert store.finished_result("select-a") is None
-    assert store.curve_rows() == []
-    assert store.diagnostic_rows() == []
-    assert store.speedup_rows() == []
+    assert store.curves() == []
+    assert store.diagnostics() == []
+    assert store.speedup_checks() == []
     assert store.best() == []
 
 
 def test_failed_repeat_of_mark_done_keeps_the_earlier_rows(store: Store) -> None:
     experiment_id = _experiment(store)
     _link(store, experiment_id, "select-a")
-    store.mark_done("select-a", **_good_done(experiment_id))
-    before = (store.curve_rows(), store.diagnostic_rows(), store.best(), store.speedup_rows())
+    for rows in _rows(_good_done(experiment_id), CheckRows, ChoiceRows, CurveRows):
+        store.mark_done("select-a", result={"depth": 3}, rows=rows)
+    before = (store.curves(), store.diagnostics(), store.best(), store.speedup_checks())
 
-    bad = {**_good_done(experiment_id), "diagnostics": [_without(_diag("rms", 1, 0), "value")]}
+    bad = {**_good_done(experiment_id), "curves": [], "diagnostics": [_without(_diag("rms", 1, 0), "value")]}
     with pytest.raises(StoreError, match="missing keys"):
-        store.mark_done("select-a", **{**bad, "curves": [], "result": {"depth": 9}})
+        store.mark_done("select-a", result={"depth": 9}, rows=_rows(bad, CurveRows)[0])
 
-    after = (store.curve_rows(), store.diagnostic_rows(), store.best(), store.speedup_rows())
+    after = (store.curves(), store.diagnostics(), store.best(), store.speedup_checks())
     assert after == before
     assert store.finished_result("select-a") == {"depth": 3}
     assert len(before[0]) == 3 and len(before[1]) == 2 and len(before[3]) == 3
@@ -586,13 +599,13 @@ def test_database_at_revision_0001_upgrades_in_place(db_url: str) -> None:
             "result_json": '{"a": 1}',
             "created_at": utc_now(),
         }
-        connection.execute(insert(Job.__table__).values(**job))
+        connection.execute(insert(JobRecord.__table__).values(**job))
 
     with Store(db_url) as store:
         assert [(j["job_hash"], j["status"]) for j in store.jobs()] == [("old-job", "done")]
         assert store.finished_result("old-job") == {"a": 1}
-        store.mark_done("old-job", result={"a": 2}, diagnostics=[_diag("rms", 1, 1.5)])
-        assert [r["job_hash"] for r in store.diagnostic_rows()] == ["old-job"]
+        store.mark_done("old-job", result={"a": 2}, rows=CurveRows(diagnostics=[_diag("rms", 1, 1.5)]))
+        assert [r["job_hash"] for r in store.diagnostics()] == ["old-job"]
 
     with engine.connect() as connection:
         assert current_revision(connection) == head_revision()

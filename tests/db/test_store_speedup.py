@@ -16,11 +16,12 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, insert, inspect
 from sqlalchemy.exc import IntegrityError
 from support.databases import engine_for
-from test_store import _curve, _diag, _experiment, _link, _speedup, _status
+from test_store import _diag, _experiment, _link, _speedup, _status
 
 from db.migrate import alembic_config, current_revision, head_revision
+from db.rows import CheckRows, CurveRows
 from db.store import SPEEDUP_KEYS, Store, StoreError
-from db.tables import Base, Job, SpeedupPoint, utc_now
+from db.tables import Base, JobRecord, SpeedupPoint, utc_now
 from tests.db.test_migration_0005 import CURVES_AT_0004
 
 ROW_KEYS = {*SPEEDUP_KEYS, "job_hash"}
@@ -55,9 +56,9 @@ def test_speedup_checks_round_trip_sorted_and_filtered(store: Store) -> None:
     }
     for job_hash, checks in given.items():
         _bench_job(store, job_hash)
-        store.mark_done(job_hash, result={}, speedup_checks=checks[::-1])
+        store.mark_done(job_hash, result={}, rows=CheckRows(speedup_checks=checks[::-1]))
 
-    rows = store.speedup_rows()
+    rows = store.speedup_checks()
     assert all(set(row) == ROW_KEYS for row in rows)
     cpu, wide = "cpu x1 float32", "cpu 16t x1 float32"
     assert [_placement(row) for row in rows] == [
@@ -78,32 +79,32 @@ def test_speedup_checks_round_trip_sorted_and_filtered(store: Store) -> None:
     assert (baseline["depth"], baseline["measured_speedup"], baseline["engine_accept_len"]) == (0, 1, 1)
     assert [r["measured_speedup"] for r in greedy] == pytest.approx([1.0, 1.3, 1.45, 1.375])
     assert [r["predicted_speedup"] for r in greedy] == pytest.approx([1.0, 1.25, 1.5, 1.75])
-    assert {r["drafter"] for r in store.speedup_rows(target="tiny-llama")} == {"eagle", "medusa"}
-    assert [r["tokens_per_s"] for r in store.speedup_rows(target="a-target")] == [9.0]
-    medusa = store.speedup_rows(target="tiny-llama", drafter="medusa")
+    assert {r["drafter"] for r in store.speedup_checks(target="tiny-llama")} == {"eagle", "medusa"}
+    assert [r["tokens_per_s"] for r in store.speedup_checks(target="a-target")] == [9.0]
+    medusa = store.speedup_checks(target="tiny-llama", drafter="medusa")
     assert [(r["job_hash"], r["depth"]) for r in medusa] == [("bench-medusa", k) for k in (0, 1)]
-    assert len(store.speedup_rows(drafter="eagle")) == len(rows) - 2
-    assert store.speedup_rows(target="absent") == []
-    assert store.speedup_rows(target="a-target", drafter="medusa") == []
+    assert len(store.speedup_checks(drafter="eagle")) == len(rows) - 2
+    assert store.speedup_checks(target="absent") == []
+    assert store.speedup_checks(target="a-target", drafter="medusa") == []
 
 
 def test_speedup_checks_are_replaced_per_job(store: Store) -> None:
     _bench_job(store)
     _bench_job(store, "bench-b")
-    store.mark_done("bench-a", result={}, speedup_checks=_benchmark((40.0, 50.0, 45.0)))
-    store.mark_done("bench-b", result={}, speedup_checks=_benchmark((10.0,), drafter="medusa"))
+    store.mark_done("bench-a", result={}, rows=CheckRows(speedup_checks=_benchmark((40.0, 50.0, 45.0))))
+    store.mark_done("bench-b", result={}, rows=CheckRows(speedup_checks=_benchmark((10.0,), drafter="medusa")))
 
     # A repeated mark_done replaces this job's rows and leaves other jobs' alone;
     # speedup_checks=None leaves them as they are, and an empty list removes them.
-    store.mark_done("bench-a", result={}, speedup_checks=_benchmark((40.0, 60.0)))
-    store.mark_done("bench-a", result={}, diagnostics=[_diag("rms", 1, 1.5)])
-    assert [(r["job_hash"], r["depth"], r["tokens_per_s"]) for r in store.speedup_rows()] == [
+    store.mark_done("bench-a", result={}, rows=CheckRows(speedup_checks=_benchmark((40.0, 60.0))))
+    store.mark_done("bench-a", result={}, rows=CurveRows(diagnostics=[_diag("rms", 1, 1.5)]))
+    assert [(r["job_hash"], r["depth"], r["tokens_per_s"]) for r in store.speedup_checks()] == [
         ("bench-a", 0, 40.0),
         ("bench-a", 1, 60.0),
         ("bench-b", 0, 10.0),
     ]
-    store.mark_done("bench-a", result={}, speedup_checks=[])
-    assert [r["job_hash"] for r in store.speedup_rows()] == ["bench-b"]
+    store.mark_done("bench-a", result={}, rows=CheckRows(speedup_checks=[]))
+    assert [r["job_hash"] for r in store.speedup_checks()] == ["bench-b"]
 
 
 def _bad_depth(depth: object) -> dict:
@@ -139,44 +140,36 @@ def test_bad_speedup_check_is_refused_and_writes_nothing(store: Store, case: str
     checks = [_speedup(0, 40.0), broken, _speedup(2, 55.0)]
 
     with pytest.raises(StoreError, match=r"speedup_checks\[1\] of job bench-a: " + message):
-        store.mark_done(
-            "bench-a",
-            result={"max_depth": 2},
-            curves=[("tiny-llama", "eagle", _curve((0.9, 0.8)))],
-            diagnostics=[_diag("rms", 1, 1.5)],
-            speedup_checks=checks,
-        )
+        store.mark_done("bench-a", result={"max_depth": 2}, rows=CheckRows(speedup_checks=checks))
 
     job = _status(store, "bench-a")
     assert (job["status"], job["finished_at"]) == ("running", None)
     assert store.finished_result("bench-a") is None
-    assert store.speedup_rows() == []
-    assert store.curve_rows() == []
-    assert store.diagnostic_rows() == []
+    assert store.speedup_checks() == []
 
 
 def test_repeated_depth_is_refused_and_keeps_the_earlier_rows(store: Store) -> None:
     _bench_job(store)
-    store.mark_done("bench-a", result={"max_depth": 1}, speedup_checks=_benchmark((40.0, 50.0)))
-    before = store.speedup_rows()
+    store.mark_done("bench-a", result={"max_depth": 1}, rows=CheckRows(speedup_checks=_benchmark((40.0, 50.0))))
+    before = store.speedup_checks()
 
     with pytest.raises(StoreError, match="mark_done refused"):
         store.mark_done(
             "bench-a",
             result={"max_depth": 9},
-            speedup_checks=[_speedup(0, 40.0), _speedup(1, 50.0), _speedup(1, 51.0)],
+            rows=CheckRows(speedup_checks=[_speedup(0, 40.0), _speedup(1, 50.0), _speedup(1, 51.0)]),
         )
-    assert store.speedup_rows() == before
+    assert store.speedup_checks() == before
     assert store.finished_result("bench-a") == {"max_depth": 1}
 
 
 def test_database_refuses_bad_speedup_rows_itself(store: Store, db_url: str) -> None:
     _bench_job(store)
-    store.mark_done("bench-a", result={}, speedup_checks=_benchmark((40.0,)))
+    store.mark_done("bench-a", result={}, rows=CheckRows(speedup_checks=_benchmark((40.0,))))
     engine = create_engine(db_url)
     try:
         with engine.connect() as connection:
-            job_id = connection.execute(Job.__table__.select()).one().id
+            job_id = connection.execute(JobRecord.__table__.select()).one().id
             schema = inspect(connection)
             checks = {c["name"] for c in schema.get_check_constraints("speedup_checks")}
             uniques = {c["name"] for c in schema.get_unique_constraints("speedup_checks")}
@@ -209,7 +202,7 @@ def test_database_at_revision_0003_upgrades_to_0004_and_back(db_url: str) -> Non
             "result_json": '{"a": 1}',
             "created_at": utc_now(),
         }
-        job_id = connection.execute(insert(Job.__table__).values(**job).returning(Job.id)).scalar_one()
+        job_id = connection.execute(insert(JobRecord.__table__).values(**job).returning(JobRecord.id)).scalar_one()
         point = {
             "job_id": job_id,
             "target": "tiny-llama",
@@ -225,11 +218,11 @@ def test_database_at_revision_0003_upgrades_to_0004_and_back(db_url: str) -> Non
 
     with Store(db_url) as store:
         assert store.finished_result("old-curve") == {"a": 1}
-        assert [(r["job_hash"], r["accept_len"]) for r in store.curve_rows()] == [("old-curve", 1.9)]
-        assert store.speedup_rows() == []
+        assert [(r["job_hash"], r["accept_len"]) for r in store.curves()] == [("old-curve", 1.9)]
+        assert store.speedup_checks() == []
         _bench_job(store)
-        store.mark_done("bench-a", result={}, speedup_checks=_benchmark((40.0, 50.0)))
-        assert [r["depth"] for r in store.speedup_rows()] == [0, 1]
+        store.mark_done("bench-a", result={}, rows=CheckRows(speedup_checks=_benchmark((40.0, 50.0))))
+        assert [r["depth"] for r in store.speedup_checks()] == [0, 1]
 
     with engine.begin() as connection:
         assert current_revision(connection) == head_revision()
@@ -239,7 +232,7 @@ def test_database_at_revision_0003_upgrades_to_0004_and_back(db_url: str) -> Non
         assert "speedup_checks" not in inspect(connection).get_table_names()
         assert current_revision(connection) == "0003"
     with Store(db_url) as store:
-        assert store.speedup_rows() == []
-        assert [r["job_hash"] for r in store.curve_rows()] == ["old-curve"]
+        assert store.speedup_checks() == []
+        assert [r["job_hash"] for r in store.curves()] == ["old-curve"]
         assert store.finished_result("bench-a") == {}
     engine.dispose()

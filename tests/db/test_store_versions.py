@@ -16,8 +16,9 @@ from support.databases import engine_for
 from test_store import BEST_KEYS, _experiment, _link, _select_job, _tuned
 
 from db.migrate import alembic_config, current_revision, head_revision
+from db.rows import ChoiceRows
 from db.store import Store, StoreError
-from db.tables import Base, Experiment, Job, TunedConfig, utc_now
+from db.tables import Base, Experiment, JobRecord, TunedConfig, utc_now
 
 PRODUCTION = dict(
     target="tiny-llama",
@@ -79,7 +80,7 @@ def test_bad_schedule_is_refused_and_writes_nothing(store: Store, schedule: list
     experiment_id = _experiment(store)
     _link(store, experiment_id, "s-1")
     with pytest.raises(StoreError, match="schedule"):
-        store.mark_done("s-1", result={}, tuned=_tuned(experiment_id, schedule=schedule))
+        store.mark_done("s-1", result={}, rows=ChoiceRows(tuned=_tuned(experiment_id, schedule=schedule)))
     assert store.best(history=True) == []
     assert store.finished_result("s-1") is None
 
@@ -124,8 +125,8 @@ def test_replayed_mark_done_adds_no_version(store: Store) -> None:
     store.add_production_config(**PRODUCTION)
 
     # The replay neither adds a version nor re-activates the job's superseded one.
-    store.mark_done("s-1", result={"depth": 3}, tuned=_tuned(experiment_id, depth=3))
-    store.mark_done("s-1", result={"depth": 3}, tuned=_tuned(experiment_id, depth=9))
+    store.mark_done("s-1", result={"depth": 3}, rows=ChoiceRows(tuned=_tuned(experiment_id, depth=3)))
+    store.mark_done("s-1", result={"depth": 3}, rows=ChoiceRows(tuned=_tuned(experiment_id, depth=9)))
     assert _versions(store) == [("greedy", 2, True, "production", 2), ("greedy", 1, False, "offline", 3)]
 
 
@@ -137,13 +138,14 @@ def test_failed_write_keeps_the_active_version(store: Store) -> None:
 
     # The new version's foreign key fails after the old one was deactivated: all rolls back.
     with pytest.raises(StoreError, match="mark_done refused"):
-        store.mark_done("s-2", result={}, tuned=_tuned(999_999, depth=4))
-    # A bad diagnostic in the same mark_done also takes the version with it.
+        store.mark_done("s-2", result={}, rows=ChoiceRows(tuned=_tuned(999_999, depth=4)))
+    # A bad per-category depth in the same mark_done also takes the version with it.
     with pytest.raises(StoreError, match="missing keys"):
-        store.mark_done("s-2", result={}, tuned=_tuned(experiment_id), diagnostics=[{"name": "rms"}])
+        store.mark_done(
+            "s-2", result={}, rows=ChoiceRows(tuned=_tuned(experiment_id), category_depths=[{"category": "code"}])
+        )
     assert store.best(history=True) == before
     assert store.finished_result("s-2") is None
-    assert store.diagnostic_rows() == []
 
 
 def test_database_refuses_a_second_active_version(store: Store, db_url: str) -> None:
@@ -188,7 +190,7 @@ def test_database_at_revision_0002_upgrades_tuned_rows_to_version_1(db_url: str)
             "result_json": "{}",
             "created_at": utc_now(),
         }
-        job_id = connection.execute(insert(Job.__table__).values(**job).returning(Job.id)).scalar_one()
+        job_id = connection.execute(insert(JobRecord.__table__).values(**job).returning(JobRecord.id)).scalar_one()
         # The 0002 shape of tuned_configs: no version columns yet.
         old_row = {**_tuned(experiment_id, depth=2), "job_id": job_id, "created_at": utc_now()}
         old_table = table("tuned_configs", *(column(key) for key in old_row))
@@ -199,7 +201,7 @@ def test_database_at_revision_0002_upgrades_tuned_rows_to_version_1(db_url: str)
         assert (best["version"], best["active"], best["source"], best["job_hash"]) == (1, True, "offline", "old-select")
         assert (best["depth"], best["schedule"], best["notes"]) == (2, None, None)
         _link(store, experiment_id, "new-select")
-        store.mark_done("new-select", result={}, tuned=_tuned(experiment_id, depth=5))
+        store.mark_done("new-select", result={}, rows=ChoiceRows(tuned=_tuned(experiment_id, depth=5)))
         assert _versions(store) == [("greedy", 2, True, "offline", 5), ("greedy", 1, False, "offline", 2)]
 
     with engine.connect() as connection:

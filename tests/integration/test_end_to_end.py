@@ -111,9 +111,9 @@ def test_the_database_holds_every_job_curve_choice_and_benchmark(first_run):
     assert {(r["target"], r["drafter"]) for r in best} == {("t0", "pre"), ("t0", "post")}
     for row in best:
         assert row["depth"] <= 3 and row["hardware"].startswith("cpu")
-        curve = store.curve_rows(target="t0", drafter=row["drafter"])
+        curve = store.curves(target="t0", drafter=row["drafter"])
         assert [c["depth"] for c in curve] == [1, 2, 3]
-        diags = store.diagnostic_rows(target="t0", drafter=row["drafter"])
+        diags = store.diagnostics(target="t0", drafter=row["drafter"])
         assert {(d["name"], d["depth"]) for d in diags if d["depth"] > 0} == {
             (n, k) for n in ("rms", "sink_attn", "recent_attn", "draft_attn", "attn_entropy") for k in (1, 2, 3)
         }
@@ -126,16 +126,16 @@ def test_the_database_holds_every_job_curve_choice_and_benchmark(first_run):
         assert row["speedup"] == pytest.approx(tokens[row["depth"]] / (row["depth"] * 0.01 + 1))
         assert len(store.finished_result(row["cost_job_hash"])["cost"]["pass_ms"]) == 4  # timed all the same
         # the engine benchmark: every depth, plain decoding as the baseline, the prediction beside it
-        bench = store.speedup_rows(target="t0", drafter=row["drafter"])
+        bench = store.speedup_checks(target="t0", drafter=row["drafter"])
         assert [b["depth"] for b in bench] == [0, 1, 2, 3] and bench[0]["measured_speedup"] == 1.0
         assert bench[row["depth"]]["predicted_speedup"] == pytest.approx(row["speedup"])
         assert all(b["tokens_per_s"] > 0 and 1.0 <= b["engine_accept_len"] <= b["depth"] + 1 for b in bench)
         # trees: acceptance by rank and depth beside the curve, the tree chosen from it with the chain beside it
-        ranks = store.rank_accept_rows(target="t0", drafter=row["drafter"])
+        ranks = store.rank_accepts(target="t0", drafter=row["drafter"])
         assert ranks and {r["depth"] for r in ranks} <= {1, 2, 3} and {r["rank"] for r in ranks} <= set(range(4))
         assert sum(r["accept"] for r in ranks if r["depth"] == 1) <= 1.0 + 1e-9
         assert isinstance(row["tree"], list) and row["tree_speedup"] > 0 and row["tree_chain_speedup"] > 0
-        checks = store.tree_check_rows(target="t0", drafter=row["drafter"])
+        checks = store.tree_checks(target="t0", drafter=row["drafter"])
         assert (checks[0]["tree"] == row["tree"]) if row["tree"] else checks == []
     store.close()
 

@@ -56,10 +56,10 @@ def snapshot(workdir: Path) -> dict:
                 for r in store.best(history=True)
             ),
             "curves": sorted(
-                (r["drafter"], r["condition"], r["depth"], r["accept_len"]) for r in store.curve_rows(category=None)
+                (r["drafter"], r["condition"], r["depth"], r["accept_len"]) for r in store.curves(category=None)
             ),
-            "speedups": sorted((r["drafter"], r["depth"], r["tokens_per_s"]) for r in store.speedup_rows()),
-            "diagnostics": sorted((r["drafter"], r["name"], r["depth"], r["value"]) for r in store.diagnostic_rows()),
+            "speedups": sorted((r["drafter"], r["depth"], r["tokens_per_s"]) for r in store.speedup_checks()),
+            "diagnostics": sorted((r["drafter"], r["name"], r["depth"], r["value"]) for r in store.diagnostics()),
         }
         hashes = {j["job_hash"]: j["name"] for j in jobs}
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")

@@ -105,7 +105,7 @@ def test_a_prompts_file_runs_to_curves_and_depths_per_category(workdir):
     assert "all prompts" in table and all(c in table for c in TOPICS)
     with Store(f"sqlite:///{workdir / '.specfleet' / 'specfleet.db'}") as store:
         curve = row["curve_job_hash"]
-        mine = [r for r in store.curve_rows(category=None) if r["job_hash"] == curve]
+        mine = [r for r in store.curves(category=None) if r["job_hash"] == curve]
         assert sorted({r["category"] for r in mine}) == ["", "chat", "code", "math"] and len(mine) == 8
         run_id = next(j["mlflow_run_id"] for j in store.jobs() if j["job_hash"] == curve)
         regenerated = [j for j in store.jobs() if j["kind"] == "regenerate" and j["status"] == "done"]

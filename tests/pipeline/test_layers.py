@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from support.paths import REPO
 
 from pipeline.core.kinds import KINDS
 
@@ -22,6 +23,23 @@ def loaded_after(*modules: str) -> set[str]:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return set(json.loads(out.stdout))
+
+
+def _modules_of(package: str) -> list[str]:
+    root = REPO / package.replace(".", "/")
+    return sorted(
+        ".".join(f.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__") for f in root.rglob("*.py")
+    )
+
+
+@pytest.mark.parametrize("package", ["pipeline.report", "pipeline.bench", "pipeline.autotune"])
+def test_reports_benchmarks_and_autotune_import_neither_ray_nor_torch(package):
+    """What reads results (reports), measures specfleet (benchmarks) or writes engine settings
+    (autotune) loads no Ray and no torch when imported: those come only inside the functions that
+    start a run or load a drafter."""
+    modules = _modules_of(package)
+    assert len(modules) > 3  # every module of the package, not an empty list
+    assert not loaded_after(*modules) & {"ray", "torch", "transformers"}
 
 
 def test_the_core_imports_neither_torch_nor_the_driver():

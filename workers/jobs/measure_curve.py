@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.core.contracts import DiagnosticValue, MeasureCurveConfig, Measured
+from pipeline.core.contracts import DiagnosticValue, MeasureCurveConfig, Measured, MeasuredCurve
 from workers.data.prompts import prompt_categories
 from workers.drafters.pairing import load_pairing
 from workers.measure.curves import measure_curves
@@ -21,10 +21,10 @@ def run(config: MeasureCurveConfig, inputs: dict, *, num_gpus: float, progress) 
         seed=config.seed,
     )
     return Measured(
-        curves=tuple(curve for curve, *_ in results),
-        per_prompt=tuple(prompts for _, _, prompts, *_ in results),
-        walks=tuple(walks for _, _, _, walks, _ in results),
-        rank_paths=tuple(paths for *_, paths in results),
+        curves=tuple(
+            MeasuredCurve(curve=curve, per_prompt=prompts, walks=walks, rank_paths=paths)
+            for curve, _, prompts, walks, paths in results
+        ),
         rank_topk=config.evaluation.tree_topk,
         diagnostics=tuple(
             DiagnosticValue(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from db.rows import ChoiceRows
 from pipeline.autotune.tuning import drafter_path, pick_version, render, schedule_of
 from pipeline.errors import UserError
 
@@ -251,7 +252,7 @@ def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
     ):
         store.link_job(exp, job_hash=job_hash, kind=kind, name=job_hash, config={})
         store.mark_running(job_hash, mlflow_run_id=None)
-        store.mark_done(job_hash, result=result, tuned=tuned)
+        store.mark_done(job_hash, result=result, rows=ChoiceRows(tuned=tuned))
     scrape = tmp_path / "m.txt"
     scrape.write_text(exposition(100, 400, 150, [70, 45, 25, 10]))  # survival 0.7 0.45 0.25 0.10
     row, _ = from_metrics(
@@ -339,7 +340,7 @@ def test_production_retune_rederives_the_batch_schedule_and_autotune_takes_the_n
     ):
         store.link_job(exp, job_hash=job_hash, kind=kind, name=job_hash, config={})
         store.mark_running(job_hash, mlflow_run_id=None)
-        store.mark_done(job_hash, result=result, tuned=tuned)
+        store.mark_done(job_hash, result=result, rows=ChoiceRows(tuned=tuned))
     scrape = tmp_path / "m.txt"
     scrape.write_text(exposition(100, 400, 150, [70, 45, 25, 10]))  # accept_len 1, 1.7, 2.15, 2.4
     row, report = from_metrics(
@@ -457,21 +458,23 @@ def test_offline_depth_zero_prints_no_config_and_exports_nothing(tmp_path):
     store.mark_done(
         "select-0",
         result={},
-        tuned=dict(
-            experiment_id=exp,
-            target="t",
-            drafter="d",
-            hardware="cpu 2t x1 float32",
-            condition="default",
-            temperature=0.0,
-            depth=0,
-            accept_len=1.0,
-            speedup=1.0,
-            cost_ratio=0.3,
-            spec_hash="s",
-            code_version="v",
-            mlflow_run_id="r",
-            drafter_job_hash="never-trained",
+        rows=ChoiceRows(
+            tuned=dict(
+                experiment_id=exp,
+                target="t",
+                drafter="d",
+                hardware="cpu 2t x1 float32",
+                condition="default",
+                temperature=0.0,
+                depth=0,
+                accept_len=1.0,
+                speedup=1.0,
+                cost_ratio=0.3,
+                spec_hash="s",
+                code_version="v",
+                mlflow_run_id="r",
+                drafter_job_hash="never-trained",
+            )
         ),
     )
     store.close()

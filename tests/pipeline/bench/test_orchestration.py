@@ -32,7 +32,7 @@ def test_every_mode_runs_every_job_and_the_overheads_are_per_job_differences(tmp
     out = orchestration_bench(
         tmp_path,
         jobs=JOBS,
-        measured=c.Measured(curves=(CURVE,), per_prompt=((),), walks=((),)),
+        measured=c.Measured(curves=(c.MeasuredCurve(curve=CURVE, per_prompt=(), walks=()),)),
         profiled=c.Profiled(cost=COST),
         log=lines.append,
         ray=False,

@@ -47,7 +47,7 @@ def answer(kind, config, inputs, *, num_cpus, num_gpus, progress, **_):
         rms = tuple(
             c.DiagnosticValue(condition="default", temperature=0.0, depth=k, name="rms", value=1.0 + k) for k in (1, 2)
         )
-        return c.Measured(curves=(CURVE,), per_prompt=((),), walks=((),), diagnostics=rms)
+        return c.Measured(curves=(c.MeasuredCurve(curve=CURVE, per_prompt=(), walks=()),), diagnostics=rms)
     if kind == "profile_cost":
         return c.Profiled(cost=COST)
     if kind == "select_depth":
@@ -136,8 +136,8 @@ def test_the_plan_runs_in_process_and_lands_in_the_database_and_mlflow(env):
     (best,) = store.best(drafter="pre")
     assert (best["depth"], best["cost_model"], best["pass_cost"]) == (1, "timed", [1.0, 1.3, 1.6])
     assert best["decode_accept_len"] == 1.7
-    assert [r["decode_accept_len"] for r in store.curve_rows(drafter="pre")] == [1.7, 2.0]
-    assert len(store.speedup_rows(drafter="post")) == 3
+    assert [r["decode_accept_len"] for r in store.curves(drafter="pre")] == [1.7, 2.0]
+    assert len(store.speedup_checks(drafter="post")) == 3
     assert set(mlflow_statuses(tmp_path)) == {"FINISHED"}
     _, again = run(env, failing(lambda kind, config: True))  # nothing runs: every job is reused
     assert len(again.cached) == 11 and not again.done
@@ -226,7 +226,7 @@ def test_a_result_that_cannot_be_recorded_fails_its_job_and_what_ran_on_it(env):
     assert failed["select_depth t/post"].startswith("recording failed: TypeError: select_depth returned Profiled")
     # the benchmark ran on a choice that was never recorded: it is not recorded either
     assert failed["measure_speedup t/post"] == "not recorded: its input select_depth t/post failed to record"
-    assert store.speedup_rows(drafter="post") == [] and len(store.speedup_rows(drafter="pre")) == 3
+    assert store.speedup_checks(drafter="post") == [] and len(store.speedup_checks(drafter="pre")) == 3
     assert "RUNNING" not in mlflow_statuses(tmp_path)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mlflow.tracking import MlflowClient
 
 from db.store import Store
-from pipeline.core.contracts import DiagnosticValue, Measured
+from pipeline.core.contracts import DiagnosticValue, Measured, MeasuredCurve
 from pipeline.core.types import Curve
 from pipeline.plan import Job
 from pipeline.run.record import Recording, finished, record_measured
@@ -50,7 +50,9 @@ def test_parent_and_child_runs_with_curve(tmp_path):
     diagnostics = tuple(
         DiagnosticValue(condition="default", temperature=0.0, depth=k, name="rms", value=1.0 + k) for k in (1, 2, 3)
     )
-    measured = Measured(curves=(curve, other), per_prompt=((), ()), walks=((), ()), diagnostics=diagnostics)
+    measured = Measured(
+        curves=tuple(MeasuredCurve(curve=k, per_prompt=(), walks=()) for k in (curve, other)), diagnostics=diagnostics
+    )
     store = Store(f"sqlite:///{tmp_path / 'specfleet.db'}")
     store.link_job(
         store.ensure_experiment(name="t", spec_hash="abc", spec_yaml="", code_version="v"),
@@ -61,8 +63,8 @@ def test_parent_and_child_runs_with_curve(tmp_path):
     )
     record_measured(job, measured, Recording(tracker, store, run_id, 1, "abc", "v", {}))
     assert finished(store, "measure_curve", job.hash) == measured  # the typed result comes back as it went in
-    assert [r["survival"] for r in store.curve_rows(condition="default")] == [0.8, 0.4, 0.2]
-    assert [r["value"] for r in store.diagnostic_rows(condition="default")] == [2.0, 3.0, 4.0]
+    assert [r["survival"] for r in store.curves(condition="default")] == [0.8, 0.4, 0.2]
+    assert [r["value"] for r in store.diagnostics(condition="default")] == [2.0, 3.0, 4.0]
     store.close()
     client = MlflowClient(uri)
     assert client.get_run(run_id).info.status == "RUNNING"

@@ -11,7 +11,7 @@ import pytest
 from pipeline.core.acceptance import curve_from_accepted, decode_walk, walk_accept_len
 from pipeline.core.categories import category_curves, choose_by_category, split_by_category
 from pipeline.core.choice import choose_depth
-from pipeline.core.contracts import Dataset, Measured
+from pipeline.core.contracts import Dataset, Measured, MeasuredCurve
 from pipeline.core.conversations import Message
 from pipeline.core.settings import PromptsFile, TrainingData
 from workers.data.chat_format import assistant_spans, turns_ids, turns_text
@@ -186,7 +186,9 @@ def _measured(accepted_by_prompt, categories, depth=3) -> Measured:
     pooled = curve_from_accepted(
         [a for acc in accepted_by_prompt for a in acc], depth, condition="default", temperature=0.0
     )
-    return Measured(curves=(pooled,), per_prompt=(tuple(per_prompt),), walks=(tuple(walks),), categories=categories)
+    return Measured(
+        curves=(MeasuredCurve(curve=pooled, per_prompt=tuple(per_prompt), walks=tuple(walks)),), categories=categories
+    )
 
 
 def test_a_categorys_curve_is_its_prompts_measured_alone():

@@ -210,11 +210,14 @@ def test_cost_profile_on_cpu(tiny_target, tiny_drafters):
 
 
 def _select(curve, cost, *, cost_ratio=None, max_batch_size=256):
-    from pipeline.core.contracts import Measured, Profiled, SelectDepthConfig
+    from pipeline.core.contracts import Measured, MeasuredCurve, Profiled, SelectDepthConfig
     from workers.jobs.run import run_job
 
     config = SelectDepthConfig(seed=0, target="t", drafter="d", cost_ratio=cost_ratio, max_batch_size=max_batch_size)
-    inputs = {"curve": Measured(curves=(curve,), per_prompt=((),), walks=((),)), "cost": Profiled(cost=cost)}
+    inputs = {
+        "curve": Measured(curves=(MeasuredCurve(curve=curve, per_prompt=(), walks=()),)),
+        "cost": Profiled(cost=cost),
+    }
     return run_job("select_depth", config, inputs, num_cpus=1, num_gpus=0)
 
 

@@ -57,7 +57,7 @@ def test_drafter_trains_measures_and_profiles_on_a_local_hf_model(hf_folder):
         num_cpus=1,
         num_gpus=0,
     )
-    curve = measured.curves[0]
+    curve = measured.primary.curve
     assert curve.num_chains == 12 and len(curve.accept_len) == 4
     assert {r.name for r in measured.diagnostics} >= {"rms", "sink_attn", "recent_attn", "draft_attn", "attn_entropy"}
     cost = run_job(

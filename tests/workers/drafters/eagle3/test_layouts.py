@@ -259,12 +259,10 @@ def test_checkpoints_in_each_layout_run_through_specfleet_to_stored_curves(tmp_p
     with Store(f"sqlite:///{tmp_path / '.specfleet' / 'specfleet.db'}") as store:
         kinds = {j["kind"] for j in store.jobs()}
         assert "train_drafter" not in kinds
-        curves = {layout: [r["depth"] for r in store.curve_rows(target="t", drafter=layout)] for layout in WRITERS}
+        curves = {layout: [r["depth"] for r in store.curves(target="t", drafter=layout)] for layout in WRITERS}
         # the drafter's own hidden states along its chains: equal only if every layout loaded the same weights
         rms = {
-            layout: [
-                round(r["value"], 4) for r in store.diagnostic_rows(target="t", drafter=layout) if r["name"] == "rms"
-            ]
+            layout: [round(r["value"], 4) for r in store.diagnostics(target="t", drafter=layout) if r["name"] == "rms"]
             for layout in WRITERS
         }
     assert all(v == [1, 2] for v in curves.values()), curves

@@ -70,7 +70,7 @@ def test_speedup_bands_use_a_decoders_walks_when_the_curve_has_them():
 
 
 def test_tables_escape_html_and_markdown_pipes():
-    from pipeline.report.tables import Table
+    from pipeline.report.tables import ReportTable as Table
 
     t = Table("a <b>", ("x|y", "z"), (("<script>", "1|2"),))
     assert "<script>" not in t.html() and "&lt;script&gt;" in t.html()
