@@ -9,7 +9,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: demo test install real smollm2 bench clean
+.PHONY: demo test fast lint install real smollm2 bench clean
 
 install: $(VENV)/.installed
 
@@ -32,8 +32,17 @@ demo: install
 	$(BIN)/specfleet run experiments/quickstart.yaml
 	$(BIN)/specfleet best
 
-test: install real
+test: install real lint
 	$(BIN)/python -m pytest -q --durations=15
+
+# the unit tests that need no Ray, PostgreSQL or browser and take under 3 s each (under 2 minutes in all)
+fast: install
+	$(BIN)/python -m pytest -q -m "not slow and not ray and not postgres and not browser"
+
+# the formatter and the linter, configured in pyproject.toml
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # what specfleet costs to run (README "Performance"); not part of the tests
 bench: install

@@ -170,7 +170,11 @@ def store(db_url: str):
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """Markers that follow from what a test uses: the session's Ray cluster means `ray`."""
+    """Markers that follow from what a test uses: the session's Ray cluster means `ray`, a
+    PostgreSQL database behind a proxy means `postgres`."""
     for item in items:
-        if "ray_cluster" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "ray_cluster" in fixtures:
             item.add_marker(pytest.mark.ray)
+        if "pg_through_proxy" in fixtures:
+            item.add_marker(pytest.mark.postgres)

@@ -71,6 +71,7 @@ def test_mlflow_params_hold_no_secret():
 
 
 @pytest.mark.parametrize("option", ["--db", "--mlflow"])
+@pytest.mark.slow
 def test_the_cli_prints_no_secret(tmp_path, option):
     url = (
         f"postgresql://me:{SECRET}@127.0.0.1:1/x?password={SECRET}"

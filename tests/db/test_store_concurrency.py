@@ -44,7 +44,8 @@ def _writer(url: str, index: int, versions: int, workloads: int, barrier, report
 
 
 @pytest.mark.parametrize("writers", [16])  # and 8 concurrent autotune commands below
-def test_concurrent_writers_lose_nothing(db_url, writers, tmp_path):  # noqa: F811 (db_url is the fixture)
+@pytest.mark.slow
+def test_concurrent_writers_lose_nothing(db_url, writers, tmp_path):
     versions, workloads = 3, 2
     barrier = CONTEXT.Barrier(writers)
     procs = [
@@ -70,7 +71,8 @@ def test_concurrent_writers_lose_nothing(db_url, writers, tmp_path):  # noqa: F8
         assert next(r for r in mine if r["active"])["version"] == len(mine)  # the newest is the active one
 
 
-def test_concurrent_autotune_from_metrics_invocations_all_land(db_url, tmp_path):  # noqa: F811
+@pytest.mark.slow
+def test_concurrent_autotune_from_metrics_invocations_all_land(db_url, tmp_path):
     """8 `specfleet autotune --from-metrics` processes at once, as 8 production re-tunes are."""
     import os
     import subprocess

@@ -38,6 +38,7 @@ def _add(store: Store, n: int) -> int:
     )
 
 
+@pytest.mark.slow
 def test_writes_and_reads_ride_out_an_outage(pg_through_proxy, caplog):
     url, proxy = pg_through_proxy
     store = Store(url, retry_s=30)
@@ -99,7 +100,7 @@ def test_run_takes_the_retry_time_for_the_database_and_mlflow(tmp_path, monkeypa
     assert not (tmp_path / "elsewhere").exists()
 
 
-def test_a_database_with_the_wrong_schema_fails_at_once(db_url):  # noqa: F811
+def test_a_database_with_the_wrong_schema_fails_at_once(db_url):
     """A missing column is not an outage: no retrying for retry_s, one error naming the database."""
     store = Store(db_url, retry_s=30)
     engine = create_engine(db_url)

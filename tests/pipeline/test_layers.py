@@ -84,6 +84,7 @@ def loaded_by_kind() -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.slow
 def test_a_workers_job_imports_nothing_of_the_driver(kind, loaded_by_kind):
     assert "workers" in loaded_by_kind[kind]  # it did import its job
     assert not loaded_by_kind[kind] & set(DRIVER)

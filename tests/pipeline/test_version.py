@@ -121,6 +121,7 @@ def test_every_import_form_is_followed(tmp_path):
     assert found == set(files) - {"pipeline/unused.py"}
 
 
+@pytest.mark.slow
 def test_versions_differ_by_kind_and_are_stable():
     versions = {kind: code_version(KINDS[kind].code) for kind in KINDS}
     assert len(set(versions.values())) == len(versions)
@@ -156,6 +157,7 @@ def _rerun_after(root: Path, file: str, old: str, new: str) -> set[str]:
     return {kind for name, (kind, h) in before.items() if after[name] != h}
 
 
+@pytest.mark.slow
 def test_editing_the_verdict_text_reruns_only_validation(source_copy):
     changed = _rerun_after(
         source_copy, "pipeline/core/verdict.py", "of the best measured tokens/s", "of the fastest depth's tokens/s"
@@ -163,6 +165,7 @@ def test_editing_the_verdict_text_reruns_only_validation(source_copy):
     assert changed == {"measure_speedup"}
 
 
+@pytest.mark.slow
 def test_editing_the_drafter_reruns_drafter_jobs_never_target_training(source_copy):
     changed = _rerun_after(
         source_copy, "workers/drafters/eagle3/model.py", "rms_eps: float = 1e-6", "rms_eps: float = 1e-5"
@@ -171,6 +174,7 @@ def test_editing_the_drafter_reruns_drafter_jobs_never_target_training(source_co
     assert changed == {"train_drafter", "measure_curve", "profile_cost", "select_depth", "measure_speedup"}
 
 
+@pytest.mark.slow
 def test_a_drafter_trains_under_its_own_familys_trainer_only(source_copy):
     spec = {
         **SPEC,
@@ -185,6 +189,7 @@ def test_a_drafter_trains_under_its_own_familys_trainer_only(source_copy):
     assert "train_target t" not in changed
 
 
+@pytest.mark.slow
 def test_editing_the_depth_choice_reruns_selection_only(source_copy):
     # a changed expression
     changed = _rerun_after(source_copy, "pipeline/core/choice.py", "if cost_ratio <= 0:", "if cost_ratio < 0:")
@@ -205,6 +210,7 @@ def _sources(root: Path) -> list[Path]:
     return sorted(p for package in ("pipeline", "workers", "db") for p in (root / package).rglob("*.py"))
 
 
+@pytest.mark.slow
 def test_comment_and_docstring_edits_anywhere_change_no_job_hash(source_copy):
     spec = parse_spec(yaml.safe_dump(SPEC))
     before = _hashes(spec, source_copy)
@@ -275,6 +281,7 @@ def _hashes_imported_from(root: Path) -> dict[str, str]:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_moving_a_module_changes_no_job_hash(source_copy):
     before = _hashes_imported_from(source_copy)
     _move(source_copy, "workers.models.rope", "workers.attention.rope")  # imported by the drafter and its trainer

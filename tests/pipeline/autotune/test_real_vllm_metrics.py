@@ -55,6 +55,7 @@ def _cli(*args, workdir: Path):
     )
 
 
+@pytest.mark.slow
 def test_autotune_cli_from_a_real_metrics_window(tmp_path):
     drafter = tmp_path / "dflash-drafter"  # an EAGLE-3 checkpoint's folder, as the engine would load it
     drafter.mkdir()

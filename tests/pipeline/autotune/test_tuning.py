@@ -66,6 +66,7 @@ def checkpoint_dir(tmp_path, files):
     return str(ckpt)
 
 
+@pytest.mark.slow
 def test_trained_drafter_is_exported_once_for_the_engine(tmp_path, tiny_drafters):
     store = FakeStore(
         {"d" * 64: {"files_uri": checkpoint_dir(tmp_path, tiny_drafters["pre"][1]), "metrics": {}, "family": "eagle3"}}
@@ -288,6 +289,7 @@ def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
     store.close()
 
 
+@pytest.mark.slow
 def test_production_retune_rederives_the_batch_schedule_and_autotune_takes_the_newest(tmp_path):
     """A re-tune keeps a depth per batch size (from the offline batch-size costs), and afterwards
     `autotune --target --drafter` takes the newest active version unless --condition says otherwise."""

@@ -24,6 +24,9 @@ def test_a_fleet_is_targets_times_drafters_each_within_the_specs_limits():
         fleet_spec(4099)
 
 
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.postgres
 def test_instant_fleets_run_through_both_executors_and_both_databases(tmp_path):
     rows = simulate(
         (10,), executors=("local", "ray"), postgres=PG_BASE_URL, workdir=tmp_path, log=lambda line: None, keep=True
@@ -49,6 +52,8 @@ def test_instant_fleets_run_through_both_executors_and_both_databases(tmp_path):
             store.close()
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_the_fleet_command_writes_its_table_plot_and_json(tmp_path):
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     done = subprocess.run(

@@ -143,6 +143,7 @@ def test_the_plan_runs_in_process_and_lands_in_the_database_and_mlflow(env):
     assert len(again.cached) == 11 and not again.done
 
 
+@pytest.mark.slow
 def test_the_cli_reads_what_an_in_process_run_stored(env):
     """`drift`, `best` and `speedups` answer from the database the run wrote (no Ray involved)."""
     import json

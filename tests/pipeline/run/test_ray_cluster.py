@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from support.paths import REPO
 
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")
@@ -50,6 +51,8 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_the_local_cluster_is_loopback_only_and_refuses_clients_without_its_token(tmp_path):
     temp = Path(f"/tmp/sfl-{os.getpid()}")  # Ray's temp folder (short: socket paths must fit in 107 characters)
     (temp / "ray").mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ another one runs on this machine (the two-node one of test_end_to_end), and leav
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from db.store import Store
@@ -29,6 +30,8 @@ SPEC = {
 }
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_a_job_past_its_time_limit_is_stopped_and_named(tmp_path, ray_cluster):
     (tmp_path / "tl.yaml").write_text(yaml.safe_dump(SPEC))
     done = specfleet("run", "tl.yaml", cwd=tmp_path)  # no --address: a cluster of its own

@@ -15,6 +15,8 @@ from support.tcp_proxy import TcpProxy
 from pipeline.errors import UserError
 from pipeline.run.tracking import Tracker
 
+pytestmark = pytest.mark.postgres  # the MLflow server and the run keep their data in PostgreSQL
+
 
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
@@ -32,6 +34,7 @@ def mlflow_server(tmp_path_factory):
             proxy.down()
 
 
+@pytest.mark.slow
 def test_a_tracking_outage_is_ridden_out_and_logged_once(mlflow_server, caplog):
     proxy, uri = mlflow_server
     tracker = Tracker(uri, retry_s=30)
@@ -72,6 +75,7 @@ def test_an_outage_longer_than_the_bound_is_one_error(mlflow_server):
         proxy.up()
 
 
+@pytest.mark.slow
 def test_a_run_rides_out_a_database_and_an_mlflow_outage_mid_run(mlflow_server, tmp_path):
     """Both shared services go away together in the middle of a run for 3 s: the run waits for
     them and ends with every job run once, recorded once, and nothing failed."""

@@ -110,6 +110,7 @@ def _exact_joint(target, prompt, n_new, temperature: float = 1.0):
     "kind,temperature,draft_sampling",
     [("eagle", 1.0, "sampled"), ("eagle", 0.7, "greedy"), ("model", 0.7, "sampled"), ("model", 0.7, "greedy")],
 )
+@pytest.mark.slow
 def test_sampled_decoding_matches_the_target_distribution(kind, temperature, draft_sampling):
     """Both proposers (the draft model's rejection path included), each with both ways of drafting,
     at T = 1 and at another temperature."""

@@ -116,6 +116,7 @@ def _lossless(counts, joint) -> bool:
 @pytest.mark.parametrize(
     "kind,temperature,draft_sampling", [("eagle", 1.0, "sampled"), ("model", 0.7, "sampled"), ("eagle", 0.7, "greedy")]
 )
+@pytest.mark.slow
 def test_sampled_tree_decoding_keeps_the_target_distribution(kind, temperature, draft_sampling):
     target = _tiny_llama(0)
     proposer = _proposers(target, V)[kind]()
@@ -137,6 +138,7 @@ def _chain_rule_on_siblings(p, q, drafts, gen):
     return None, int(torch.multinomial(residual / residual.sum(), 1, generator=gen))
 
 
+@pytest.mark.slow
 def test_the_chain_rule_applied_to_siblings_is_caught(monkeypatch):
     """(Siblings drawn without replacement; at 600 rounds the bias shows at p < 1e-10 on the seeds tried.)"""
     target = _tiny_llama(0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from workers.decoding.chain import generate
@@ -88,6 +89,8 @@ def test_the_bench_table_divides_what_it_says():
     assert "| 1 | 1000 (40%) | 1600 (0%) | 1.6x |" in training.markdown()
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_the_bench_run_keeps_every_store_in_its_work_directory(tmp_path, monkeypatch):
     """MLflow's artifacts too: nothing lands in the folder the bench was started from (./mlruns)."""
     import yaml

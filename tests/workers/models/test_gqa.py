@@ -115,6 +115,7 @@ def test_greedy_speculative_decoding_with_a_gqa_target_is_the_targets_greedy_dec
     assert identical > 0  # some drafts were accepted, so the accepted path was exercised too
 
 
+@pytest.mark.slow
 def test_sampled_decoding_with_a_gqa_target_keeps_its_distribution():
     target = _gqa_llama(0)
     check_sampled_distribution(target, EagleProposer(_drafter(target, "post")))

@@ -160,7 +160,7 @@ def test_standalone_drafter_from_a_local_hf_folder(hf_folder):
         drafter=StandaloneDrafterSpec(name="s", kind="standalone", hf=hf_folder),
         evaluation=EVAL.model_copy(update={"num_prompts": 2}),
     )
-    curve = run_job("measure_curve", config, {}, num_cpus=1, num_gpus=0).curves[0]
+    curve = run_job("measure_curve", config, {}, num_cpus=1, num_gpus=0).primary.curve
     assert curve.accept_len[-1] == 4.0  # a draft model identical to the target accepts every draft
 
 
@@ -177,7 +177,7 @@ def test_greedy_drafts_at_temperature_keep_only_the_targets_mass_on_them(hf_fold
             drafter=StandaloneDrafterSpec(name="s", kind="standalone", hf=hf_folder),
             evaluation=evaluation,
         )
-        return run_job("measure_curve", config, {}, num_cpus=1, num_gpus=0).curves[0]
+        return run_job("measure_curve", config, {}, num_cpus=1, num_gpus=0).primary.curve
 
     sampled, greedy = curve("sampled"), curve("greedy")
     assert sampled.accept_len[-1] == pytest.approx(4.0, abs=1e-4)
