@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -105,3 +106,13 @@ def test_every_drafter_family_has_a_trainer_and_a_family_object():
     assert set(DRAFTER_KINDS) == set(FAMILIES)
     assert all(callable(trainer_of(name)) for name in FAMILIES)
     assert {family_of(name).name for name in FAMILIES} == set(FAMILIES)
+
+
+def test_package_init_files_hold_only_their_docstring():
+    """Importing a package runs nothing: its __init__ says what the package is, and no more."""
+    inits = [f for package in ("pipeline", "workers", "db") for f in (REPO / package).rglob("__init__.py")]
+    assert len(inits) > 15
+    for init in inits:
+        body = ast.parse(init.read_text()).body
+        assert ast.get_docstring(ast.Module(body=body, type_ignores=[])), f"{init} has no docstring"
+        assert len(body) == 1, f"{init.relative_to(REPO)} runs code: {ast.dump(body[1])[:80]}"
