@@ -37,7 +37,7 @@ import hashlib
 import re
 import sys
 from collections.abc import Callable
-from functools import cache
+from functools import cache, lru_cache
 from importlib import metadata
 from pathlib import Path
 
@@ -80,8 +80,20 @@ def _parse(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"))
 
 
-def _imported_names(path: Path, root: Path) -> set[str]:
+def _stamp(path: Path) -> tuple[str, int, int]:
+    """What says a file is unchanged within one process: its path, modification time and size."""
+    st = path.stat()
+    return str(path), st.st_mtime_ns, st.st_size
+
+
+def _imported_names(path: Path, root: Path) -> frozenset[str]:
     """Every module name `path` may import: for `from a import b`, both `a` and `a.b`."""
+    return _imported_names_of(_stamp(path), root)
+
+
+@lru_cache(maxsize=4096)
+def _imported_names_of(stamp: tuple[str, int, int], root: Path) -> frozenset[str]:
+    path = Path(stamp[0])
     module = _module_name(path, root)
     names: set[str] = set()
     for node in ast.walk(_parse(path)):
@@ -91,7 +103,7 @@ def _imported_names(path: Path, root: Path) -> set[str]:
             base = _absolute(node, module, path.name == "__init__.py")
             names.add(base)
             names.update(f"{base}.{a.name}" for a in node.names)
-    return names
+    return frozenset(names)
 
 
 def _with_packages(name: str) -> list[str]:
@@ -174,15 +186,25 @@ def _digest(path: Path, root: Path, ref: Callable[[str], str]) -> str | None:
 def module_digests(paths: list[Path], root: Path = _ROOT) -> dict[Path, str | None]:
     """Each module's content digest: its code, with every project module it names replaced by
     that module's own digest taken with names blanked (so no cycle of imports is followed)."""
-    local: dict[str, str] = {}
+    return {p: _module_digest(p, root) for p in paths}
 
-    def local_ref(name: str) -> str:
-        if name not in local:
-            path = module_file(name, root)
-            local[name] = "@" + (_digest(path, root, lambda _: "@") or "empty")
-        return local[name]
 
-    return {p: _digest(p, root, local_ref) for p in paths}
+def _module_digest(path: Path, root: Path) -> str | None:
+    # the digest depends on the file and on the files it imports: kept while none of them changes
+    imported = {module_file(name, root) for name in _imported_names(path, root)} - {None}
+    return _module_digest_of(_stamp(path), tuple(sorted(_stamp(f) for f in imported)), root)
+
+
+@lru_cache(maxsize=4096)
+def _module_digest_of(stamp: tuple[str, int, int], imported: tuple, root: Path) -> str | None:
+    return _digest(Path(stamp[0]), root, lambda name: _local_digest(_stamp(module_file(name, root)), root))
+
+
+@lru_cache(maxsize=4096)
+def _local_digest(stamp: tuple[str, int, int], root: Path) -> str:
+    """A module's digest with the project modules it names blanked; kept while the file is unchanged
+    (every kind's version of one plan reads the same modules)."""
+    return "@" + (_digest(Path(stamp[0]), root, lambda _: "@") or "empty")
 
 
 def source_version(modules: tuple[str, ...] | None = None, root: Path = _ROOT) -> str:

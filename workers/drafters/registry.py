@@ -17,7 +17,6 @@ pipeline/core/settings.py).
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 
@@ -50,16 +49,15 @@ def entry(name: str) -> FamilyEntry:
         raise ValueError(f"unknown drafter family {name!r}; known: {', '.join(FAMILIES)}") from None
 
 
-def _load(path: str):
-    module, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def family_of(name: str):
     """The family object of drafter family `name` (imports that family's package, and torch)."""
-    return _load(entry(name).family)()
+    from pipeline.core.kinds import resolve  # the job registry reads this module: imported when called
+
+    return resolve(entry(name).family)()
 
 
 def trainer_of(name: str):
     """The training function of drafter family `name`."""
-    return _load(entry(name).trainer)
+    from pipeline.core.kinds import resolve
+
+    return resolve(entry(name).trainer)
