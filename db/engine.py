@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 
 from alembic.util import CommandError
@@ -73,8 +75,24 @@ def _on_sqlite_connect(dbapi_connection, connection_record) -> None:
     dbapi_connection.execute("PRAGMA foreign_keys = ON")
     # WAL: readers never wait for the writer, and the writer never waits for readers. It is a
     # property of the file, set once by whichever connection comes first (in memory: no file).
-    if dbapi_connection.execute("PRAGMA journal_mode").fetchone()[0].lower() not in ("wal", "memory"):
-        dbapi_connection.execute("PRAGMA journal_mode = WAL")
+    _switch_to_wal(dbapi_connection)
+
+
+def _switch_to_wal(dbapi_connection) -> None:
+    # SQLite refuses the switch at once, without its busy timeout, while another connection
+    # holds a write lock: as when a process read "delete" just before another switched the file
+    # and began writing. Wait for the file to be switched, or free to switch, as long as a
+    # writer would wait for a lock.
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    delay = 0.01
+    while dbapi_connection.execute("PRAGMA journal_mode").fetchone()[0].lower() not in ("wal", "memory"):
+        try:
+            dbapi_connection.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(2 * delay, 0.5)
 
 
 def _on_sqlite_begin(connection) -> None:
