@@ -16,17 +16,15 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from pipeline.core.kinds import JOB_KINDS, KINDS
+from pipeline.core.model_settings import DRAFTER_KINDS, DrafterSpec, Target
 from pipeline.core.settings import (
-    DRAFTER_KINDS,
     NAME,
     Cost,
-    DrafterSpec,
     Evaluation,
     Pairing,
     PromptsFile,
     Resources,
     Strict,
-    Target,
     TrainingData,
     Validation,
 )

@@ -35,7 +35,7 @@ def tiny_target():
     import torch
 
     from pipeline.core.files import cached_dir
-    from pipeline.core.settings import BuiltinTarget
+    from pipeline.core.model_settings import BuiltinTarget
     from workers.models.loading import load_model
     from workers.models.target import train_builtin_target
 
@@ -51,7 +51,7 @@ def tiny_drafters(tiny_target):
     import torch
 
     from pipeline.core.files import cached_dir
-    from pipeline.core.settings import Eagle3DrafterSpec
+    from pipeline.core.model_settings import Eagle3DrafterSpec
     from workers.drafters.eagle3.checkpoint import load_eagle3
     from workers.drafters.eagle3.train import train_eagle3
 

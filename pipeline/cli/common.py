@@ -51,6 +51,7 @@ Where things are stored:
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -133,3 +134,10 @@ def open_store(workdir: Path, db: str | None, retry_s: float | None = None):
         return Store(db_url(workdir, db), retry_s=retry_s)
     except StoreError as exc:
         raise UserError(f"--db: {exc}") from None
+
+
+def in_range(option: str, value: float, low: float, high: float, *, low_open: bool = False) -> None:
+    """A finite number in [low, high] (or (low, high]), else a UserError naming the option."""
+    if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+        raise UserError(f"{option}: {value:g} is outside {interval}")

@@ -13,7 +13,8 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from pipeline.core.files import Files
-from pipeline.core.settings import BuiltinTarget, CostTiming, DrafterSpec, Evaluation, TrainingData, Validation
+from pipeline.core.model_settings import BuiltinTarget, DrafterSpec
+from pipeline.core.settings import CostTiming, Evaluation, TrainingData, Validation
 from pipeline.core.types import CostProfile, Curve, DepthChoice
 
 

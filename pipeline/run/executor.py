@@ -1,7 +1,7 @@
 """Executing a plan: reuse finished jobs, run the rest on a cluster, record each as it finishes.
 
-The cluster is a parameter: `connect()` returns an object with the methods of `Cluster`
-below. `pipeline/run/ray_cluster.py` runs jobs as Ray tasks (the default);
+The cluster is a parameter: `connect()` returns a `Cluster` (pipeline/run/cluster.py).
+`pipeline/run/ray_cluster.py` runs jobs as Ray tasks (the default);
 `pipeline/run/local_cluster.py` runs them one after another in this process, with no Ray at
 all, which is how the tests drive the failure and interrupt paths in seconds. The plan runs the
 same on both. Those paths: a failed job fails its dependents and the rest goes on; a rerun
@@ -12,8 +12,9 @@ request no node can meet is refused before anything is written.
 Order of events for a spec: find what is finished (reusable) and what an earlier run finished
 but could not record (kept in the work directory, pipeline/run/unrecorded.py); when something
 has to run, connect and check resources (a refused spec writes nothing to the stores); open
-the experiment in the database and MLflow, claim the jobs, record the kept results, submit
-every job still to run, and record results as they arrive (each kept on disk first).
+the experiment in the database and MLflow, claim the jobs (writing through an OwnedStore,
+pipeline/run/owned_store.py), record the kept results, submit every job still to run, and
+record results as they arrive (each kept on disk first).
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
 
 from db.owners import new_owner
 from db.secrets import mask_secrets
@@ -36,31 +36,12 @@ from pipeline.errors import UserError
 from pipeline.plan import Job, Plan
 from pipeline.report.plots import plot_comparison
 from pipeline.run.checkpoint_store import default_store, given_store, unshared
+from pipeline.run.cluster import Cluster
+from pipeline.run.owned_store import OwnedStore
 from pipeline.run.progress import ProgressView
 from pipeline.run.record import Recording, finished, intact
 from pipeline.run.tracking import Tracker
 from pipeline.run.unrecorded import Unrecorded
-
-if TYPE_CHECKING:
-    from db.rows import JobRows
-    from db.store import Store
-
-
-class Cluster(Protocol):
-    address: str
-
-    def check_resources(self, requests: dict[str, tuple[float, float, str | None]]) -> str: ...
-    # deps: input name -> ref; checkpoints: the store the job puts its files in (pipeline/core/artifacts.py);
-    # returns the result's ref
-    def submit(self, job: Job, deps: dict, checkpoints: str): ...
-    def put(self, value): ...  # a ref to a value already known (a reused result)
-    def wait(self, refs: list, timeout: float) -> list: ...  # the refs that are done
-    def get(self, ref): ...  # the result, or the job's exception
-    def log(self, ref) -> str | None: ...  # what the job logged on its worker, if kept
-    def progress(self) -> dict[str, dict]: ...  # job hash -> {"started": ..., "step": ...}
-    def cancel(self, refs: list) -> None: ...
-    def close(self) -> None: ...
-    def elsewhere(self) -> int: ...  # alive nodes on other machines than this driver's
 
 
 @dataclass
@@ -74,45 +55,6 @@ class RunSummary:
     failed: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     report: Path | None = None  # the plot of every pairing's curve
-
-
-class OwnedStore:
-    """The store as one driver writes it: job updates only while that driver holds the job, so a
-    driver whose lease another one took over cannot overwrite what that one records. It offers
-    exactly what a run uses of the store, each call with the driver's owner id filled in."""
-
-    def __init__(self, store: Store, owner: str):
-        self.store, self.owner = store, owner
-
-    def ensure_experiment(self, *, name: str, spec_hash: str, spec_yaml: str, code_version: str) -> int:
-        return self.store.ensure_experiment(
-            name=name, spec_hash=spec_hash, spec_yaml=spec_yaml, code_version=code_version
-        )
-
-    def set_experiment_run(self, experiment_id: int, mlflow_run_id: str) -> None:
-        self.store.set_experiment_run(experiment_id, mlflow_run_id)
-
-    def link_jobs(self, experiment_id: int, jobs: list[dict]) -> None:
-        self.store.link_jobs(experiment_id, jobs)
-
-    def finished_result(self, job_hash: str) -> dict | None:
-        return self.store.finished_result(job_hash)
-
-    def claim(self, job_hashes: Sequence[str], *, lease_s: float, rerun: Sequence[str] = ()) -> dict[str, str]:
-        """The jobs another live driver holds (job hash -> owner); none of `job_hashes` is claimed then."""
-        return self.store.claim(job_hashes, owner=self.owner, lease_s=lease_s, rerun=rerun)
-
-    def renew(self, *, lease_s: float) -> int:
-        return self.store.renew(self.owner, lease_s=lease_s)
-
-    def mark_running(self, job_hash: str, *, mlflow_run_id: str | None) -> None:
-        self.store.mark_running(job_hash, mlflow_run_id=mlflow_run_id, owner=self.owner)
-
-    def mark_done(self, job_hash: str, *, result: dict, rows: JobRows | None = None) -> None:
-        self.store.mark_done(job_hash, result=result, rows=rows, owner=self.owner)
-
-    def mark_failed(self, job_hash: str, *, error: str) -> None:
-        self.store.mark_failed(job_hash, error=error, owner=self.owner)
 
 
 LEASE_S = float(os.environ.get("SPECFLEET_LEASE_S", 60))  # a driver renews its claims every third of it

@@ -100,7 +100,7 @@ def test_every_registry_entry_names_functions_that_exist():
 
 
 def test_every_drafter_family_has_a_trainer_and_a_family_object():
-    from pipeline.core.settings import DRAFTER_KINDS
+    from pipeline.core.model_settings import DRAFTER_KINDS
     from workers.drafters.registry import FAMILIES, family_of, trainer_of
 
     assert set(DRAFTER_KINDS) == set(FAMILIES)

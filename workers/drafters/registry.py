@@ -12,7 +12,7 @@ job registry, pipeline/core/kinds.py, reads it on the driver without torch):
   of another family.
 
 Adding a family is one package and one line here (and its spec section in
-pipeline/core/settings.py).
+pipeline/core/model_settings.py).
 """
 
 from __future__ import annotations

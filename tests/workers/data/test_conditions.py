@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from pipeline.core.contracts import TargetRef, TrainTargetConfig
-from pipeline.core.settings import CostTiming, Eagle3DrafterSpec, Evaluation, StandaloneDrafterSpec
+from pipeline.core.model_settings import Eagle3DrafterSpec, StandaloneDrafterSpec
+from pipeline.core.settings import CostTiming, Evaluation
 from workers.data.chat import ASSISTANT, END, SYSTEM, USER, render, samples
 from workers.data.prompts import build_prompts
 from workers.jobs.run import run_job

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from pipeline.core import contracts as c
-from pipeline.core.settings import Eagle3DrafterSpec, StandaloneDrafterSpec, TrainingData
+from pipeline.core.model_settings import Eagle3DrafterSpec, StandaloneDrafterSpec
+from pipeline.core.settings import TrainingData
 from workers.data.regenerate import answer_batch, load_text, question_prompts
 from workers.data.target_features import FeatureBatches
 from workers.jobs.run import run_job

@@ -7,7 +7,8 @@ import torch
 
 from pipeline.core import contracts as c
 from pipeline.core.choice import choose_depth
-from pipeline.core.settings import Eagle3DrafterSpec, Evaluation, Validation
+from pipeline.core.model_settings import Eagle3DrafterSpec
+from pipeline.core.settings import Evaluation, Validation
 from pipeline.core.types import Curve
 from workers.decoding.chain import generate
 from workers.drafters.standalone.proposer import ModelProposer
@@ -154,7 +155,7 @@ def test_the_decode_walk_over_measured_chains_is_what_the_engine_does(tiny_targe
 def test_hf_generate_and_assisted_generation_are_timed_on_the_same_prompts(tiny_target):
     """The target as its own HF assistant: assisted generation must decode what plain generate does."""
     from pipeline.core.files import cached_dir
-    from pipeline.core.settings import StandaloneDrafterSpec
+    from pipeline.core.model_settings import StandaloneDrafterSpec
     from pipeline.report.plots import engine_tables
 
     _, _, target_files = tiny_target

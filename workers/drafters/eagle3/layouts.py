@@ -3,7 +3,7 @@
 A spec's `eagle3` drafter with `path:` (a local folder or a hub id) is read here and measured as
 it is: no training job runs, and the checkpoint sets the variant, so `norm`, `fc_norm`,
 `fusion`, `attention`, `draft_vocab`, `capture_layers` and `train` may not be given beside it
-(pipeline/core/settings.py). Grouped key/value heads, `head_dim`, RoPE scaling and the d2t /
+(pipeline/core/model_settings.py). Grouped key/value heads, `head_dim`, RoPE scaling and the d2t /
 t2d maps carry over. workers/drafters/eagle3/export.py writes both the EAGLE-3 layout and the
 speculators format.
 
