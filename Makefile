@@ -32,8 +32,11 @@ demo: install
 	$(BIN)/specfleet run experiments/quickstart.yaml
 	$(BIN)/specfleet best
 
+# two pytest workers, a file each at a time (a file's fixtures are set up once): most of a Ray
+# or driver test is waiting, so the second core keeps the first busy
+TEST_WORKERS ?= 2
 test: install real lint
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # the unit tests that need no Ray, PostgreSQL or browser and take under 3 s each (under 2 minutes in all)
 fast: install
