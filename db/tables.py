@@ -28,6 +28,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from pipeline.core.labels import LABEL_MAX
+
 JOB_STATUSES = ("pending", "running", "done", "failed")
 # Where a tuned-config version came from: an offline select job, or production measurements.
 TUNED_SOURCES = ("offline", "production")
@@ -36,7 +38,7 @@ COST_MODELS = ("timed", "leviathan")
 # At temperature > 0, how drafts were drawn and verified (workers/decoding/sampling.py).
 DRAFT_SAMPLING = ("sampled", "greedy")
 
-NAME_LEN = 255  # model ids and local paths, experiment and job names, hardware descriptions
+NAME_LEN = LABEL_MAX  # model ids and local paths, experiment and job names, hardware descriptions
 HASH_LEN = 64  # sha256 hex digests
 TAG_LEN = 64  # job kinds, statuses, conditions, diagnostic names, MLflow run ids, code versions
 

@@ -16,6 +16,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from pipeline.core.kinds import JOB_KINDS, KINDS
+from pipeline.core.labels import shown
 from pipeline.core.model_settings import DRAFTER_KINDS, DrafterSpec, Target
 from pipeline.core.settings import (
     NAME,
@@ -249,7 +250,8 @@ def _describe(err: dict) -> tuple[tuple, str]:
         and not isinstance(err["input"], (dict, list))
         and not (isinstance(err["input"], str) and err["input"] in msg)
     ):  # the message names it already
-        msg = f"{msg}, got {err['input']!r}"
+        got = err["input"]
+        msg = f"{msg}, got {shown(got) if isinstance(got, str) else repr(got)}"
     return loc, msg
 
 
@@ -283,15 +285,18 @@ def _check_shape(text: str) -> None:
 def load_spec(path: str | Path) -> tuple[ExperimentSpec, str]:
     """Read and validate a spec file; return the spec and its raw text."""
     p = Path(path)
-    if not p.is_file():
-        raise SpecError(str(path), [f"(file): no such spec file {path}"])
-    if p.stat().st_size > MAX_SPEC_BYTES:
-        raise SpecError(
-            str(path),
-            [f"(file): larger than {MAX_SPEC_BYTES} bytes ({p.stat().st_size}); a spec is a page of settings"],
-        )
+    source = str(path) if len(str(path)) <= 200 else shown(str(path), 200)  # a path too long to read, cut
     try:
+        if not p.is_file():
+            raise SpecError(source, [f"(file): no such spec file {source}"])
+        size = p.stat().st_size
+        if size > MAX_SPEC_BYTES:
+            raise SpecError(
+                str(path), [f"(file): larger than {MAX_SPEC_BYTES} bytes ({size}); a spec is a page of settings"]
+            )
         text = p.read_bytes().decode("utf-8")
+    except OSError as exc:  # a path the system refuses (too long) or a file it cannot read
+        raise SpecError(source, [f"(file): cannot read it: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError as exc:
         raise SpecError(str(path), [f"(file): not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
     return parse_spec(text, str(path)), text

@@ -34,6 +34,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.core.acceptance import accept_len_from_survival, cond_from_survival
+from pipeline.core.labels import label_problem, shown
 from pipeline.core.types import Curve
 from pipeline.errors import UserError
 
@@ -131,9 +132,8 @@ def parse_counters(text: str, model_name: str | None = None) -> SpecDecodeCounte
             else:
                 totals[key] = totals.get(key, 0.0) + value
     if model_name is None and len(models) > 1:
-        raise UserError(
-            f"--from-metrics: several models in the metrics ({sorted(m or '' for m in models)}); name one with --model"
-        )
+        listed = ", ".join(shown(m or "") for m in sorted(models, key=str)[:5]) + (", ..." if len(models) > 5 else "")
+        raise UserError(f"--from-metrics: several models in the metrics ({listed}); name one with --model")
     missing = [c for c in COUNTERS if c not in totals]
     if missing:
         raise UserError(
@@ -147,6 +147,12 @@ def parse_counters(text: str, model_name: str | None = None) -> SpecDecodeCounte
         raise UserError(f"--from-metrics: accepted-per-position counters missing for positions {gaps}")
     _check_positions(totals, per_pos)
     name = model_name if model_name is not None else next(iter(models))
+    problem = label_problem(name) if name else None  # no label at all: --model names the target
+    if problem:
+        raise UserError(
+            f"--from-metrics: the model_name label {shown(name)} {problem}; it names the target in the "
+            "database: serve the model under a shorter name (vLLM --served-model-name)"
+        )
     return SpecDecodeCounters(
         name,
         totals["num_drafts"],

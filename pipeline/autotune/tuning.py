@@ -294,9 +294,23 @@ def render(
     return out
 
 
+def read_counters(sources: list[str], model_name: str | None):
+    """The spec-decode counters of one scrape (totals since start) or two (a window), every label
+    checked: read before the store is opened, so a refused page writes nothing."""
+    from pipeline.autotune.prod_metrics import parse_counters, read_source, window
+
+    if not 1 <= len(sources) <= 2:
+        raise UserError("--from-metrics: give one scrape (totals since start) or two (a window)")
+    scrapes = [parse_counters(read_source(s), model_name) for s in sources]
+    counters = window(*scrapes) if len(scrapes) == 2 else scrapes[0]
+    if not (counters.model_name or model_name):
+        raise UserError("--model: the metrics carry no model_name label; name the target")
+    return counters
+
+
 def from_metrics(
     store,
-    sources: list[str],
+    counters,
     *,
     model_name: str | None,
     drafter: str,
@@ -305,17 +319,12 @@ def from_metrics(
     temperature: float,
     code_version: str,
 ) -> tuple[dict, str]:
-    """Production acceptance -> a new active 'production' tuned config. Returns (row, drift report)."""
-    from pipeline.autotune.prod_metrics import parse_counters, production_curve, read_source, window
+    """Production acceptance (`counters`, from read_counters) -> a new active 'production' tuned
+    config. Returns (row, drift report)."""
+    from pipeline.autotune.prod_metrics import production_curve
     from pipeline.core.choice import choose_depth
 
-    if not 1 <= len(sources) <= 2:
-        raise UserError("--from-metrics: give one scrape (totals since start) or two (a window)")
-    scrapes = [parse_counters(read_source(s), model_name) for s in sources]
-    counters = window(*scrapes) if len(scrapes) == 2 else scrapes[0]
     target = counters.model_name or model_name
-    if not target:
-        raise UserError("--model: the metrics carry no model_name label; name the target")
     curve = production_curve(counters, temperature=temperature)
     offline = [
         r

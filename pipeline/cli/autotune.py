@@ -12,6 +12,7 @@ import typer
 from pipeline.cli.common import (
     DbOpt,
     WorkdirOpt,
+    check_label,
     err,
     in_range,
     open_store,
@@ -75,6 +76,11 @@ def autotune(
     in_range("--temperature", temperature, 0.0, 2.0)
     if cost_ratio is not None:
         in_range("--cost-ratio", cost_ratio, 0.0, 1000.0, low_open=True)
+    for option, value in (("--target", target), ("--drafter", drafter), ("--hardware", hardware), ("--model", model)):
+        check_label(option, value)
+    if from_metrics and drafter is None and drafter_path is not None:
+        check_label("--drafter-path", Path(drafter_path).name, "its last part names the drafter; give --drafter NAME")
+    counters = tune.read_counters(from_metrics, model) if from_metrics else None  # all read before a write
     store = open_store(workdir, db)
     if from_metrics:
         try:
@@ -85,7 +91,7 @@ def autotune(
             tune.check_options(engine, engine_version, method, export_format, path)  # before a version is stored
             row, report = tune.from_metrics(
                 store,
-                from_metrics,
+                counters,
                 model_name=model,
                 drafter=name,
                 cost_ratio=cost_ratio,

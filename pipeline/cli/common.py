@@ -65,7 +65,23 @@ from pipeline.errors import UserError
 out = Console(width=None if sys.stdout.isatty() else 120)  # no wrapping of tables in logs and pipes
 err = Console(stderr=True)
 
-WorkdirOpt = Annotated[Path, typer.Option("--workdir", help="Where the default SQLite stores and checkpoints live.")]
+
+def _usable_workdir(value: Path) -> Path:
+    """A work directory the system can look at: a path it refuses (too long) is one line naming
+    --workdir, before any command reads or writes there."""
+    from pipeline.core.labels import shown
+
+    try:
+        value.expanduser().exists()
+    except OSError as exc:
+        raise UserError(f"--workdir: cannot use {shown(str(value))}: {exc.strerror or exc}") from None
+    return value
+
+
+WorkdirOpt = Annotated[
+    Path,
+    typer.Option("--workdir", help="Where the default SQLite stores and checkpoints live.", callback=_usable_workdir),
+]
 DbOpt = Annotated[
     str | None, typer.Option("--db", help="Database URL (default: $SPECFLEET_DB or SQLite in the workdir).")
 ]
@@ -141,3 +157,13 @@ def in_range(option: str, value: float, low: float, high: float, *, low_open: bo
     if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
         raise UserError(f"{option}: {value:g} is outside {interval}")
+
+
+def check_label(option: str, value: str | None, fix: str = "") -> None:
+    """A flag whose value is stored as a label (pipeline/core/labels.py): None, or a UserError
+    naming the flag, what is wrong and `fix`."""
+    from pipeline.core.labels import label_problem, shown
+
+    problem = label_problem(value) if value is not None else None
+    if problem:
+        raise UserError(f"{option}: {shown(value)} {problem}" + (f" ({fix})" if fix else ""))

@@ -12,8 +12,10 @@ import sys
 
 import typer
 
+from db.errors import StoreError, one_line
 from db.secrets import mask_secrets
 from pipeline.cli import autotune, experiments, queries, results
+from pipeline.core.labels import shown
 from pipeline.errors import SpecError, UserError
 
 app = typer.Typer(
@@ -30,7 +32,8 @@ app.command("fleet-sim")(results.fleet_sim)
 
 
 def main() -> None:
-    """Usage errors are typer's (exit 2); a spec or user error is printed as plain lines, no traceback."""
+    """Usage errors are typer's (exit 2); a spec or user error, a refusal of the store and a path the
+    system refuses are printed as plain lines, no traceback."""
     try:
         app()
     except SpecError as exc:  # plain writes: rich would wrap long lines
@@ -39,3 +42,11 @@ def main() -> None:
     except UserError as exc:
         sys.stderr.write(f"error: {mask_secrets(str(exc))}\n")
         sys.exit(exc.exit_code)
+    except StoreError as exc:  # a refusal of the store that no check where the value entered caught
+        sys.stderr.write(f"error: {one_line(exc)}\n")
+        sys.exit(1)
+    except OSError as exc:  # a path the system refuses (too long, unreadable) that no check caught
+        if exc.filename is None:
+            raise
+        sys.stderr.write(f"error: {shown(str(exc.filename))}: {exc.strerror or exc}\n")
+        sys.exit(1)

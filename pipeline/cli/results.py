@@ -104,14 +104,14 @@ def report(
         store.close()
     name = slug(experiment) + (f"_vs_{slug(other)}" if other is not None else "")
     folder = folder or workdir / "reports" / name
-    tracker = Tracker(*mlflow_uri(workdir, mlflow))
-    if record.mlflow_run_id:
+    output_folder(folder)  # a folder that cannot be written fails before MLflow is opened
+    tracker = Tracker(*mlflow_uri(workdir, mlflow)) if record.mlflow_run_id else None
+    if tracker is not None:
         tracker.check()  # a bad --mlflow fails before anything is drawn
-    output_folder(folder)
     page = comparison_page(record, second, folder) if second else experiment_page(record, folder)
     html = page.write(f"specfleet report: {experiment}" + (f" against {other}" if other else ""))
     out.print(f"report: {html} ({len(page.figures)} figures; tables: {folder / 'tables.md'})", soft_wrap=True)
-    if record.mlflow_run_id:
+    if tracker is not None:
         where = "report" if second is None else f"report-vs-{slug(other)}"
         for path in (html, folder / "tables.md", *page.figures):
             tracker.log_artifact(record.mlflow_run_id, path, where)
@@ -134,7 +134,9 @@ def bench(
     """What specfleet costs to run, side by side: the curve against a per-depth sweep, the engine against
     HF generate, autotune against brute force, orchestration overhead, training speed. Not a test."""
     from pipeline.bench.suite import run_bench
+    from pipeline.spec import load_spec
 
+    load_spec(spec)  # a refused spec makes no output folder
     output_folder(folder)
     run_bench(
         spec=spec,

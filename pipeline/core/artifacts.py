@@ -60,6 +60,7 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from pipeline.core.files import PART, cache_root, cached_dir, clean_partials, dir_hash, staged_dir, writer_tag
+from pipeline.core.labels import shown
 
 
 class Ref(NamedTuple):
@@ -146,9 +147,11 @@ def check_writable(root: str) -> None:
     a probe file written and removed; a remote store gets a small probe file uploaded (under
     `.specfleet-probe/`, removed where the backend can delete). Run before any work that writes there."""
     name = f".probe-{_host()}-{os.getpid()}"
+    made = None  # the outermost folder this check made, removed again when the check fails
     try:
         if is_local(root):
             folder = local_path(root)
+            made = _outermost_missing(folder)
             folder.mkdir(parents=True, exist_ok=True)
             (folder / name).write_text("")
             (folder / name).unlink()
@@ -158,11 +161,27 @@ def check_writable(root: str) -> None:
             (Path(tmp) / name).write_text("specfleet checks it can write here\n")
             repo.log_artifact(str(Path(tmp) / name))
     except Exception as exc:  # noqa: BLE001 - any backend's failure, named with the store
-        raise ValueError(f"cannot write to {root}: {_first_line(exc)}") from None
+        # an OSError's reason without its file name: the root is named already, and may be long
+        reason = f"{type(exc).__name__}: {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else None
+        where = root if len(root) <= 200 else shown(root, 200)
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        raise ValueError(f"cannot write to {where}: {reason or _first_line(exc)}") from None
     try:
         repo.delete_artifacts(name)
     except Exception:  # noqa: BLE001 - a store that cannot delete keeps a few bytes
         pass
+
+
+def _outermost_missing(folder: Path) -> Path | None:
+    """The first of `folder` and its parents, from the root down, that does not exist yet."""
+    for path in (*reversed(folder.parents), folder):
+        try:
+            if not path.exists():
+                return path
+        except OSError:  # a name the system refuses does not exist
+            return path
+    return None
 
 
 def materialise(uri: str, sha256: str | None) -> Path:

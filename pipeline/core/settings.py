@@ -32,6 +32,7 @@ MAX_TOKENS = 1_048_576  # one sequence: prompt, window or continuation lengths
 MAX_BATCH = 1_048_576
 MAX_PROMPTS = 1_000_000
 MAX_NAME = 100
+MAX_PATH = 4096  # a model id, folder or file: the longest path Linux accepts
 NAME = Field(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9_.\-]+$")
 
 
@@ -54,9 +55,12 @@ class PromptsFile(Strict):
     that reads a different file under that path stops with an error. Every worker node must see
     the file at that path (a shared filesystem), as with a model folder given by path."""
 
-    path: str = Field(min_length=1)
+    path: str = Field(min_length=1, max_length=MAX_PATH)
     category: str | None = Field(
-        "category", min_length=1, description="the record field naming its category (code, math, chat ...); null: none"
+        "category",
+        min_length=1,
+        max_length=MAX_NAME,
+        description="the record field naming its category (code, math, chat ...); null: none",
     )
     digest: str | None = Field(None, description="sha256 of the file, filled in when the spec is read")
     conversations: int | None = Field(None, description="records in the file, filled in when the spec is read")

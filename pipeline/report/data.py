@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from pipeline.core.contracts import Measured, Profiled, Selected, Validated
 from pipeline.core.kinds import kind as job_kind
+from pipeline.core.labels import shown
 from pipeline.errors import UserError
 
 # the kinds a report reads, by the attribute of PairingResults that holds each one's result
@@ -70,7 +71,7 @@ def load_experiment(store, name: str) -> ExperimentRecord:
     if not found:
         known = sorted(f"{e['name']}@{e['id']}" for e in experiments)
         raise UserError(
-            f"EXPERIMENT: no experiment {name!r} in the database"
+            f"EXPERIMENT: no experiment {shown(name)} in the database"
             + (f" (it has: {', '.join(known)})" if known else " (it has none yet)")
         )
     exp = max(found, key=lambda e: (e["created_at"], e["id"]))

@@ -4,6 +4,7 @@ names the field or file, before anything starts. (name, YAML text or bytes, text
 from __future__ import annotations
 
 import yaml
+from support.paths import REPO
 
 BASE = {"name": "h", "targets": [{"name": "t", "builtin": {}}], "drafters": [{"name": "d"}]}
 
@@ -126,4 +127,22 @@ HOSTILE: list[tuple[str, str | bytes, str]] = [
     ("env vars a list", spec(runtime_env={"env_vars": ["A=1"]}), "runtime_env.env_vars"),
     ("pip a map", spec(runtime_env={"pip": {"torch": 1}}), "runtime_env.pip"),
     ("runtime_env conda", spec(runtime_env={"conda": "base"}), "runtime_env.conda: unknown key"),
+    # overlong and odd free text, refused where it enters (pipeline/core/labels.py)
+    ("hf past any path", spec(targets=[{"name": "t", "hf": "x" * 5000}]), "targets[0].hf: String should have at most"),
+    ("hf a name too long", spec(targets=[{"name": "t", "hf": "/tmp/" + "x" * 300}]), "hf: cannot read"),
+    ("gguf a name too long", spec(targets=[{"name": "t", "gguf": "/tmp/" + "x" * 300 + ".gguf"}]), "gguf: cannot read"),
+    ("package name too long", spec(targets=[{"name": "t", "package": "p" * 300}]), "targets[0].package"),
+    ("drafter path too long", spec(drafters=[{"name": "d", "path": "/tmp/" + "y" * 300}]), "path: cannot read"),
+    (
+        "draft model hf too long",
+        spec(drafters=[{"name": "d", "kind": "standalone", "hf": "/tmp/" + "y" * 300}]),
+        "drafters[0]: hf: cannot read",
+    ),
+    ("prompts path too long", spec(evaluation={"prompts": "/tmp/" + "p" * 300 + ".jsonl"}), "cannot read it"),
+    (
+        "category field too long",
+        spec(evaluation={"prompts": {"path": str(REPO / "experiments/prompts/eval.jsonl"), "category": "c" * 300}}),
+        "evaluation.prompts.category: String should have at most 100 characters",
+    ),
+    ("target name with a newline", spec(targets=[{"name": "t\nu", "builtin": {}}]), "targets[0].name"),
 ]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from packaging.version import InvalidVersion, Version
 
+from pipeline.core.labels import shown
 from pipeline.core.schedule import Range
 
 
@@ -29,7 +30,7 @@ def parse_version(engine: str, text: str, oldest: str) -> Version:
     try:
         v = Version(text)
     except InvalidVersion:
-        raise EngineVersionError(f"{engine}: {text!r} is not a release number (say {oldest})") from None
+        raise EngineVersionError(f"{engine}: {shown(text)} is not a release number (say {oldest})") from None
     if v < Version(oldest):
         raise EngineVersionError(f"{engine} {text} is older than the oldest release specfleet writes for ({oldest})")
     return v

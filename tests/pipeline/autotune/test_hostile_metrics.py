@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -196,8 +197,69 @@ def test_bad_cli_values_are_refused_before_anything_is_stored(tmp_path, extra, m
             assert store.best(history=True) == []
 
 
+LONG = "x" * 300
+LABELS = [  # (extra arguments, the page's model_name label, what stderr says): labels refused where they enter
+    (["--hardware", LONG], None, "--hardware: 'xxx"),
+    (["--hardware", ""], None, "--hardware: '' is empty"),
+    (["--hardware", "H100\nA100"], None, "--hardware: 'H100\\nA100' holds the non-printing character"),
+    (["--model", LONG], None, "--model: 'xxx"),
+    (["--drafter", LONG], None, "--drafter: 'xxx"),
+    (["--drafter", " "], None, "--drafter: ' ' is empty"),
+    (["--drafter-path", "org/" + LONG], None, "--drafter-path: 'xxx"),
+    (["--engine-version", "0." * 200], None, "is not a release number"),
+    ([], LONG, "the model_name label 'xxx"),
+    ([], "a\\nb", "the model_name label 'a\\nb' holds the non-printing"),  # a newline, escaped as on the page
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra,change,message", LABELS, ids=[f"label{i}" for i in range(len(LABELS))])
+def test_overlong_and_odd_labels_are_one_line_and_store_nothing(tmp_path, db_url, extra, change, message):
+    """Each label that would reach the database (hardware, target, drafter) or the config (engine
+    release), from a flag or from the metrics page: one `error:` line naming it, exit 1, nothing stored."""
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    (drafter / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    metrics = tmp_path / "metrics.prom"
+    text = GOOD
+    if change is not None:
+        text = re.sub(r'model_name="[^"]*"', lambda _: f'model_name="{change}"', text)
+        assert text != GOOD
+    metrics.write_text(text)
+    args = ["--drafter-path", str(drafter), *extra] if "--drafter-path" not in extra else extra
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("specfleet")),
+            "autotune",
+            "--engine",
+            "vllm",
+            "--from-metrics",
+            str(metrics),
+            "--method",
+            "eagle3",
+            "--cost-ratio",
+            "0.1",
+            *args,
+            "--db",
+            db_url,
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert message in lines[0] and len(lines[0]) < 400, lines[0]
+    if db_url.startswith("sqlite"):
+        assert not Path(db_url.removeprefix("sqlite:///")).exists()  # refused before the store was opened
+    with Store(db_url) as store:
+        assert store.best(history=True) == []
+
+
 def test_the_corpus_is_large_enough():
-    assert len(TEXTS) + 5 + 8 + len(CLI) >= 30  # expositions, files, URLs and CLI values
+    assert len(TEXTS) + 5 + 8 + len(CLI) + len(LABELS) >= 40  # expositions, files, URLs, CLI values, labels
 
 
 # -- fuzzing -------------------------------------------------------------------------------------

@@ -178,7 +178,7 @@ def test_production_metrics_become_the_active_version(tmp_path):
     from test_prod_metrics import MODEL, exposition
 
     from db.store import Store
-    from pipeline.autotune.tuning import from_metrics
+    from pipeline.autotune.tuning import from_metrics, read_counters
 
     store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
     before, after = tmp_path / "a.txt", tmp_path / "b.txt"
@@ -186,7 +186,7 @@ def test_production_metrics_become_the_active_version(tmp_path):
     after.write_text(exposition(300, 1200, 430, [230, 120, 60, 20]))
     row, report = from_metrics(
         store,
-        [str(before), str(after)],
+        read_counters([str(before), str(after)], None),
         model_name=None,
         drafter="eagle3-prod",
         cost_ratio=0.1,
@@ -202,7 +202,7 @@ def test_production_metrics_become_the_active_version(tmp_path):
     with pytest.raises(UserError, match="--cost-ratio"):
         from_metrics(
             store,
-            [str(after)],
+            read_counters([str(after)], None),
             model_name=None,
             drafter="unknown",
             cost_ratio=None,
@@ -218,7 +218,7 @@ def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
     from test_prod_metrics import MODEL, exposition
 
     from db.store import Store
-    from pipeline.autotune.tuning import from_metrics
+    from pipeline.autotune.tuning import from_metrics, read_counters
     from pipeline.core.contracts import Profiled
     from pipeline.core.types import CostProfile
 
@@ -258,7 +258,7 @@ def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
     scrape.write_text(exposition(100, 400, 150, [70, 45, 25, 10]))  # survival 0.7 0.45 0.25 0.10
     row, _ = from_metrics(
         store,
-        [str(scrape)],
+        read_counters([str(scrape)], None),
         model_name=None,
         drafter="eagle3-prod",
         cost_ratio=None,
@@ -277,7 +277,7 @@ def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
     # (which sorts first: condition "production" < "zdefault")
     row, _ = from_metrics(
         store,
-        [str(scrape)],
+        read_counters([str(scrape)], None),
         model_name=None,
         drafter="eagle3-prod",
         cost_ratio=None,
@@ -297,7 +297,7 @@ def test_production_retune_rederives_the_batch_schedule_and_autotune_takes_the_n
     from test_real_vllm_metrics import _cli
 
     from db.store import Store
-    from pipeline.autotune.tuning import from_metrics
+    from pipeline.autotune.tuning import from_metrics, read_counters
     from pipeline.core.contracts import Profiled
     from pipeline.core.types import CostProfile
 
@@ -347,7 +347,7 @@ def test_production_retune_rederives_the_batch_schedule_and_autotune_takes_the_n
     scrape.write_text(exposition(100, 400, 150, [70, 45, 25, 10]))  # accept_len 1, 1.7, 2.15, 2.4
     row, report = from_metrics(
         store,
-        [str(scrape)],
+        read_counters([str(scrape)], None),
         model_name=None,
         drafter="eagle3-prod",
         cost_ratio=None,
@@ -365,7 +365,7 @@ def test_production_retune_rederives_the_batch_schedule_and_autotune_takes_the_n
         short.write_text(exposition(100, 300, 150, [70, 45, 25, 10]))
         from_metrics(
             store,
-            [str(short)],
+            read_counters([str(short)], None),
             model_name=None,
             drafter="eagle3-prod",
             cost_ratio=None,

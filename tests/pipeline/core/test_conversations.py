@@ -141,6 +141,16 @@ BAD = [
         "line 1: category must be a non-empty string, got 3",
     ),
     (
+        "long_category.jsonl",
+        json.dumps({"prompt": "a", "category": "c"}) + "\n" + json.dumps({"prompt": "b", "category": "c" * 300}),
+        "line 2: category 'ccc",  # ... is 300 characters long; at most 255 are stored
+    ),
+    (
+        "newline_category.jsonl",
+        json.dumps({"prompt": "a", "category": "code\nmath"}),
+        "line 1: category 'code\\nmath' holds the non-printing character '\\n'",
+    ),
+    (
         "both_answers.jsonl",
         json.dumps({"prompt": "a", "completion": "b", "response": "c"}),
         "completion or response, not both",
