@@ -109,17 +109,7 @@ def autotune(
         )
         if not _speculates(row):
             return
-        _print_config(
-            tune.render(
-                engine,
-                tune.schedule_of(row),
-                model=path,
-                method=method,
-                version=engine_version,
-                config_dir=workdir / "engine-configs",
-                draft_sampling=tune.sampling_of(row),
-            )
-        )
+        _print_config(engine, row, path=path, method=method, version=engine_version, workdir=workdir)
         return
     try:
         row, note = tune.pick_version(
@@ -132,22 +122,25 @@ def autotune(
         path, method = tune.drafter_path(store, row, workdir, drafter_path, method, export_format)
     finally:
         store.close()
-    _print_config(
-        tune.render(
-            engine,
-            tune.schedule_of(row),
-            model=path,
-            method=method,
-            version=engine_version,
-            config_dir=workdir / "engine-configs",
-            draft_sampling=tune.sampling_of(row),
-            tree=tune.tree_of(row),
-        )
+    _print_config(engine, row, path=path, method=method, version=engine_version, workdir=workdir)
+
+
+def _print_config(engine: str, row: dict, *, path: str, method: str, version: str | None, workdir: Path) -> None:
+    """The row's config for the engine on stdout (its tree when one is served: never for a
+    production version, which has none); what the engine release could not express, and files it
+    reads, on stderr."""
+    from pipeline.autotune import tuning as tune
+
+    emitted = tune.render(
+        engine,
+        tune.schedule_of(row),
+        model=path,
+        method=method,
+        version=version,
+        config_dir=workdir / "engine-configs",
+        draft_sampling=tune.sampling_of(row),
+        tree=tune.tree_of(row),
     )
-
-
-def _print_config(emitted) -> None:
-    """The config on stdout; what the engine release could not express, and files it reads, on stderr."""
     for note in emitted.notes:
         err.print(f"note: {note}", markup=False, soft_wrap=True)
     sys.stdout.write(emitted.text.rstrip("\n") + "\n")

@@ -4,7 +4,6 @@ naming the input, never a traceback, never a hang, and with nothing stored; plus
 from __future__ import annotations
 
 import http.server
-import os
 import re
 import subprocess
 import sys
@@ -153,6 +152,29 @@ def test_urls_are_bounded_in_size_and_time(server):
         assert "\n" not in str(caught.value)
 
 
+def _autotune(tmp_path: Path, metrics: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`specfleet autotune --engine vllm --from-metrics METRICS` for an EAGLE-3 drafter folder in
+    `tmp_path` at cost ratio 0.1, then `extra` (a flag given again there wins: the last one counts)."""
+    drafter = tmp_path / "drafter"
+    drafter.mkdir(exist_ok=True)
+    (drafter / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    command = ["autotune", "--engine", "vllm", "--from-metrics", str(metrics), "--drafter-path", str(drafter)]
+    return subprocess.run(
+        [
+            str(Path(sys.executable).with_name("specfleet")),
+            *command,
+            "--method",
+            "eagle3",
+            "--cost-ratio",
+            "0.1",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 CLI = [  # (extra arguments, what stderr says)
     (["--temperature", "-3"], "--temperature: -3 is outside [0, 2]"),
     (["--temperature", "nan"], "--temperature: nan is outside [0, 2]"),
@@ -163,34 +185,8 @@ CLI = [  # (extra arguments, what stderr says)
 
 @pytest.mark.parametrize("extra,message", CLI)
 def test_bad_cli_values_are_refused_before_anything_is_stored(tmp_path, extra, message):
-    drafter = tmp_path / "drafter"
-    drafter.mkdir()
-    (drafter / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
-    metrics = DATA / "vllm_metrics" / "dflash_k7_window.prom"
     db = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("specfleet")),
-            "autotune",
-            "--engine",
-            "vllm",
-            "--from-metrics",
-            str(metrics),
-            "--drafter-path",
-            str(drafter),
-            "--method",
-            "eagle3",
-            "--cost-ratio",
-            "0.1",
-            *extra,
-            "--db",
-            db,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ},
-    )
+    done = _autotune(tmp_path, DATA / "vllm_metrics" / "dflash_k7_window.prom", *extra, "--db", db)
     assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
     if (tmp_path / "db.sqlite").exists():
         with Store(db) as store:
@@ -217,38 +213,13 @@ LABELS = [  # (extra arguments, the page's model_name label, what stderr says): 
 def test_overlong_and_odd_labels_are_one_line_and_store_nothing(tmp_path, db_url, extra, change, message):
     """Each label that would reach the database (hardware, target, drafter) or the config (engine
     release), from a flag or from the metrics page: one `error:` line naming it, exit 1, nothing stored."""
-    drafter = tmp_path / "drafter"
-    drafter.mkdir()
-    (drafter / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
     metrics = tmp_path / "metrics.prom"
     text = GOOD
     if change is not None:
         text = re.sub(r'model_name="[^"]*"', lambda _: f'model_name="{change}"', text)
         assert text != GOOD
     metrics.write_text(text)
-    args = ["--drafter-path", str(drafter), *extra] if "--drafter-path" not in extra else extra
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("specfleet")),
-            "autotune",
-            "--engine",
-            "vllm",
-            "--from-metrics",
-            str(metrics),
-            "--method",
-            "eagle3",
-            "--cost-ratio",
-            "0.1",
-            *args,
-            "--db",
-            db_url,
-            "--workdir",
-            str(tmp_path / "work"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _autotune(tmp_path, metrics, *extra, "--db", db_url, "--workdir", str(tmp_path / "work"))
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     assert message in lines[0] and len(lines[0]) < 400, lines[0]
