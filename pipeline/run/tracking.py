@@ -3,7 +3,9 @@
 Runs are found again by tags (`specfleet.spec_hash`, `specfleet.job_hash`), so a rerun of an
 unchanged spec reuses its runs instead of duplicating them.
 
-MLflow params named like a secret are logged as `***` (db/secrets.py). MLflow calls ride out an
+MLflow params named like a secret are logged as `***` (db/secrets.py). Keys and run names longer
+than MLflow keeps (250 characters: a metric named for a 255-character prompt category) are cut
+to fit and end in a digest of the whole name, so two long names stay two keys (`fit`). MLflow calls ride out an
 outage as the database's do (db/connection.py): retried with backoff for
 `$SPECFLEET_MLFLOW_RETRY_S` seconds (default 60; `specfleet run --retry-s`), with MLflow's own
 per-request retries, minutes long, turned off unless `MLFLOW_HTTP_REQUEST_MAX_RETRIES` is set.
@@ -23,6 +25,7 @@ equal to an uninterrupted run's.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -42,6 +45,16 @@ TAG_JOB = "specfleet.job_hash"
 TAG_KIND = "specfleet.kind"
 PARENT_TAG = "mlflow.parentRunId"
 MAX_PARAM = 6000  # MLflow's limit on a param value
+MAX_KEY = 250  # MLflow's limit on a metric, param or tag key, and its runs table's name column
+
+
+def fit(name: str, limit: int = MAX_KEY) -> str:
+    """`name` when MLflow keeps it whole; else its head, '-' and 12 hex digits of the whole name's
+    SHA-256, `limit` characters in all (names that share a head stay apart)."""
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    return f"{name[: limit - len(digest) - 1]}-{digest}"
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, str]:
@@ -54,7 +67,7 @@ def flatten(d: dict, prefix: str = "") -> dict[str, str]:
         else:
             text = v if isinstance(v, str) else json.dumps(v)
             # a param is shown to everyone who can read the run
-            out[key] = MASK if is_secret_name(str(k)) else mask_secrets(text)[:MAX_PARAM]
+            out[fit(key)] = MASK if is_secret_name(str(k)) else mask_secrets(text)[:MAX_PARAM]
     return out
 
 
@@ -133,7 +146,7 @@ class Tracker:
         run = self._call(
             self.client.create_run,
             exp_id,
-            run_name=experiment,
+            run_name=fit(experiment),
             tags={TAG_SPEC: spec_hash, TAG_KIND: "experiment", **tags},
         )
         self._send(run.info.run_id, params=[Param(k, v) for k, v in flatten(params).items()])
@@ -145,7 +158,7 @@ class Tracker:
         run = self._call(
             self.client.create_run,
             experiment_id,
-            run_name=name,
+            run_name=fit(name),
             tags={PARENT_TAG: parent_run_id, TAG_JOB: job_hash, TAG_KIND: kind, **tags},
         )
         self._starts[run.info.run_id] = run.info.start_time  # its metrics' timestamp, without asking again
@@ -164,11 +177,11 @@ class Tracker:
         """A recorder's whole log in as few calls as MLflow allows (1,000 metrics and 100 tags each):
         `metrics` at step 0, each of `series` as (step, value) points."""
         at = self._stamp(run_id)
-        values = [Metric(k, float(v), at, 0) for k, v in (metrics or {}).items()]
+        values = [Metric(fit(k), float(v), at, 0) for k, v in (metrics or {}).items()]
         values += [
-            Metric(name, float(v), at, int(step)) for name, points in (series or {}).items() for step, v in points
+            Metric(fit(name), float(v), at, int(step)) for name, points in (series or {}).items() for step, v in points
         ]
-        self._send(run_id, metrics=values, tags=[RunTag(k, v) for k, v in (tags or {}).items()])
+        self._send(run_id, metrics=values, tags=[RunTag(fit(k), v) for k, v in (tags or {}).items()])
 
     def _send(self, run_id: str, *, metrics: list = (), params: list = (), tags: list = ()) -> None:
         """Metrics, params and tags in as few batches as MLflow's limits allow (100 params, 100 tags,

@@ -9,7 +9,7 @@ from pipeline.core.contracts import DiagnosticValue, Measured, MeasuredCurve
 from pipeline.core.types import Curve
 from pipeline.plan import Job
 from pipeline.run.record import Recording, finished, record_measured
-from pipeline.run.tracking import TAG_JOB, Tracker, flatten
+from pipeline.run.tracking import TAG_JOB, Tracker, fit, flatten
 
 
 def test_flatten_nested_params():
@@ -89,3 +89,39 @@ def test_parent_and_child_runs_with_curve(tmp_path):
     walk = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "decode_accept_len"))
     assert walk == [(0, 1.0), (1, 1.7), (2, 2.0), (3, 2.1)]
     assert client.list_artifacts(run_id) == []  # no figure drawn per job: MLflow charts the series
+
+
+def test_names_longer_than_mlflow_keeps_land_cut_and_apart(tmp_path):
+    """A prompt category may be 255 characters, and a metric named for it is longer than the 250
+    MLflow keeps: such names land cut to 250, ending in a digest, and two that share their head
+    stay two metrics. Run names and param keys are fitted the same way."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, str(tmp_path / "artifacts"))
+    exp_id, parent = tracker.parent_run(experiment="specfleet/t", spec_hash="abc", params={}, tags={})
+    category = "c" * 254
+    run_id = tracker.start_job(
+        exp_id,
+        parent,
+        job_hash="h" * 64,
+        kind="select_depth",
+        name="select_depth " + "t" * 150 + "/" + "d" * 150,
+        params={"p" * 200: {"q" * 100: 1}},
+        tags={},
+    )
+    names = [f"accept_len/default/T0/{category}{end}" for end in "ab"]
+    tracker.log_all(
+        run_id,
+        metrics={f"depth/{category}a": 3},
+        series={name: [(0, 1.0), (1, 1.5 + i)] for i, name in enumerate(names)},
+        tags={"t" * 300: "v"},
+    )
+    run = MlflowClient(uri).get_run(run_id)
+    keys = sorted(run.data.metrics)
+    assert len(keys) == 3 and all(len(k) == 250 and k[-13] == "-" for k in keys), keys
+    assert [fit(n) for n in names] == [k for k in keys if k.startswith("accept_len")]
+    client = MlflowClient(uri)
+    assert [m.value for m in client.get_metric_history(run_id, fit(names[1]))] == [1.0, 2.5]
+    assert run.data.metrics[fit(f"depth/{category}a")] == 3
+    assert run.info.run_name == fit("select_depth " + "t" * 150 + "/" + "d" * 150) and len(run.info.run_name) == 250
+    assert list(run.data.params) == [fit("p" * 200 + "." + "q" * 100)] and run.data.tags[fit("t" * 300)] == "v"
+    assert fit("short") == "short" and fit("x" * 250) == "x" * 250
