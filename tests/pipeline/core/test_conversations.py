@@ -9,8 +9,11 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.core.conversations import Conversation, Message, PromptsError, read_conversations
+from pipeline.core.labels import LABEL_MAX, label_problem
 from pipeline.errors import SpecError
 from pipeline.spec import parse_spec
 
@@ -275,3 +278,22 @@ def test_chat_conditions_and_training_prompts_are_accepted_with_files(tmp_path, 
         )
     )
     assert spec.training_data.prompts.conversations == 2 and spec.training_data.prompts.categories is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(category=st.text(st.characters(exclude_categories=("Cs",)), max_size=LABEL_MAX + 3))
+def test_a_fuzzed_category_is_kept_trimmed_or_refused_on_one_line(tmp_path_factory, category):
+    """Any string in a file's category field: the conversation keeps it (its ends trimmed, as a
+    JSON field's padding), or the file is refused in one line that names the file, the line and
+    the field."""
+    path = tmp_path_factory.mktemp("fuzz") / "c.jsonl"
+    path.write_text(json.dumps({"prompt": "a", "category": category}) + "\n", encoding="utf-8")
+    trimmed = category.strip()
+    try:
+        (conversation,) = read_conversations(path)
+    except PromptsError as exc:
+        assert not trimmed or label_problem(trimmed), trimmed
+        message = str(exc)
+        assert "\n" not in message and message.startswith(f"prompts file {path}, line 1: category "), message
+        return
+    assert label_problem(trimmed) is None and conversation.category == trimmed
