@@ -241,13 +241,19 @@ class Tracker:
 
     def _call(self, method, *args, **kwargs):
         """One MLflow call, retried with backoff while the tracking store is unreachable or busy, for
-        up to retry_s seconds; then one UserError naming the store. Other MLflow errors go through."""
+        up to retry_s seconds; then one UserError naming the store. What the store refuses (a name
+        it does not take) is one UserError at once; other errors go through."""
         deadline = time.monotonic() + self.retry_s
         delay = 0.1
         while True:
             try:
                 return method(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 (sorted by _transient: the rest is raised as it is)
+                if isinstance(exc, MlflowException) and not _transient(exc):  # a refusal: one line
+                    raise UserError(
+                        f"MLflow tracking store {mask_secrets(self.uri)} refused {method.__name__}: "
+                        f"{mask_secrets(_first_line(exc))}"
+                    ) from None
                 if not _transient(exc):
                     raise
                 remaining = deadline - time.monotonic()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from db.store import Store
 from pipeline.core.contracts import DiagnosticValue, Measured, MeasuredCurve
 from pipeline.core.types import Curve
+from pipeline.errors import UserError
 from pipeline.plan import Job
 from pipeline.run.record import Recording, finished, record_measured
 from pipeline.run.tracking import TAG_JOB, Tracker, fit, flatten
@@ -125,3 +127,14 @@ def test_names_longer_than_mlflow_keeps_land_cut_and_apart(tmp_path):
     assert run.info.run_name == fit("select_depth " + "t" * 150 + "/" + "d" * 150) and len(run.info.run_name) == 250
     assert list(run.data.params) == [fit("p" * 200 + "." + "q" * 100)] and run.data.tags[fit("t" * 300)] == "v"
     assert fit("short") == "short" and fit("x" * 250) == "x" * 250
+
+
+def test_what_the_tracking_store_refuses_is_one_line_naming_the_store(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, str(tmp_path / "artifacts"))
+    exp_id, parent = tracker.parent_run(experiment="specfleet/t", spec_hash="abc", params={}, tags={})
+    with pytest.raises(UserError) as refused:
+        tracker.log_all(parent, metrics={"depth/a#b": 1.0})  # '#' is not a character MLflow names take
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"MLflow tracking store {uri} refused log_batch: "), message
+    assert "a#b" in message
