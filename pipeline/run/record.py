@@ -167,8 +167,8 @@ def record_selected(job: Job, result: Selected, rec: Recording) -> None:
     for c in result.by_category:  # the depth each prompt category would get on its own
         metrics.update(
             {
-                f"depth/{_key_part(c.category)}": c.choice.depth,
-                f"best_speedup/{_key_part(c.category)}": c.choice.speedup,
+                f"depth/{key_part(c.category)}": c.choice.depth,
+                f"best_speedup/{key_part(c.category)}": c.choice.speedup,
             }
         )
     tree = result.tree
@@ -242,21 +242,21 @@ def record_validated(job: Job, result: Validated, rec: Recording) -> None:
     )
 
 
-def _key_part(text: str) -> str:
+def key_part(text: str) -> str:
     """MLflow keys allow letters, digits, _ - . space : / only."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
 
 
 def metric_key(name: str, condition: str, temperature: float) -> str:
     """'survival/template_bos/T0'."""
-    return f"{name}/{_key_part(condition)}/T{temperature:g}"
+    return f"{name}/{key_part(condition)}/T{temperature:g}"
 
 
 def curve_suffix(curve: Curve) -> str:
     """What tells a curve's metrics apart from other conditions' and categories' in MLflow
     ('/template_bos/T0', or '/default/T0/math' for one prompt category)."""
     suffix = metric_key("", curve.condition, curve.temperature)
-    return f"{suffix}/{_key_part(curve.category)}" if curve.category else suffix
+    return f"{suffix}/{key_part(curve.category)}" if curve.category else suffix
 
 
 def curve_series(curve: Curve, suffix: str) -> dict[str, list[tuple[int, float]]]:

@@ -12,6 +12,9 @@ from mlflow.tracking import MlflowClient
 from test_end_to_end import specfleet
 
 from db.store import Store
+from pipeline.core.labels import LABEL_MAX
+from pipeline.run.record import key_part, metric_key
+from pipeline.run.tracking import fit
 from tests.pipeline.core.test_conversations import write_json, write_jsonl
 from tests.workers.data.test_prompts import TEMPLATE
 
@@ -19,6 +22,9 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]  # tests/README.md: markers
 
 TOPICS = {"code": "Write a function that {}.", "math": "What is {} times seven?", "chat": "Tell me about {}."}
 WORDS = ["lists", "files", "sockets", "dates", "paths", "threads", "queues", "strings"]
+# the names the file gives them: one as long as a stored label may be, not ASCII, with spaces
+# (longer than MLflow keeps a metric named for it: the key is cut to fit, pipeline/run/tracking.py)
+NAMES = {"code": "code", "math": "math", "chat": "chat about " + "é" * (LABEL_MAX - 11)}
 
 
 def sharegpt(i, category):
@@ -27,7 +33,7 @@ def sharegpt(i, category):
             {"from": "human", "value": TOPICS[category].format(WORDS[i % 8])},
             {"from": "gpt", "value": "def f(x):\n    return x"},
         ],
-        "category": category,
+        "category": NAMES[category],
     }
 
 
@@ -100,23 +106,27 @@ def test_a_prompts_file_runs_to_curves_and_depths_per_category(workdir):
     assert done.returncode == 0, done.stderr[-2000:]
     shown = specfleet("best", "--by-category", "--json", cwd=workdir)
     (row,) = json.loads(shown.stdout)
-    assert [(c["category"], c["prompts"]) for c in row["categories"]] == [("chat", 3), ("code", 3), ("math", 3)]
+    assert [(c["category"], c["prompts"]) for c in row["categories"]] == [
+        (NAMES[c], 3) for c in ("chat", "code", "math")
+    ]
     table = specfleet("best", "--by-category", cwd=workdir).stdout
-    assert "all prompts" in table and all(c in table for c in TOPICS)
+    assert "all prompts" in table and all(c[:10] in table for c in NAMES.values())  # a long one wraps, cut
     with Store(f"sqlite:///{workdir / '.specfleet' / 'specfleet.db'}") as store:
         curve = row["curve_job_hash"]
         mine = [r for r in store.curves(category=None) if r["job_hash"] == curve]
-        assert sorted({r["category"] for r in mine}) == ["", "chat", "code", "math"] and len(mine) == 8
+        assert sorted({r["category"] for r in mine}) == ["", *sorted(NAMES.values())] and len(mine) == 8
         run_id = next(j["mlflow_run_id"] for j in store.jobs() if j["job_hash"] == curve)
         regenerated = [j for j in store.jobs() if j["kind"] == "regenerate" and j["status"] == "done"]
     client = MlflowClient(f"sqlite:///{workdir / '.specfleet' / 'mlflow.db'}")
     keys = set(client.get_run(run_id).data.metrics)
-    assert {"accept_len/default/T0/code", "accept_len/default/T0/math", "accept_len/default/T0/chat"} <= keys
+    by_category = {fit(f"{metric_key('accept_len', 'default', 0.0)}/{key_part(c)}") for c in NAMES.values()}
+    assert "accept_len/default/T0/code" in by_category and len(max(by_category, key=len)) == 250
+    assert by_category <= keys, sorted(keys)
     assert len(regenerated) == 1  # the training file's text is made once and reused by every run
     # the report shows the depth per category and each category's curve
     assert specfleet("report", "theirs-sharegpt", "--out", "page", cwd=workdir).returncode == 0
     tables = (workdir / "page" / "tables.md").read_text()
-    assert "Depth per prompt category" in tables and all(f"|  | {c} | 3 |" in tables for c in TOPICS)
+    assert "Depth per prompt category" in tables and all(f"|  | {c} | 3 |" in tables for c in NAMES.values())
     assert (workdir / "page" / "t_d_categories.png").stat().st_size > 10_000
 
 
