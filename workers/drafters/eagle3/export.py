@@ -2,13 +2,14 @@
 SGLang read, or the speculators format (vllm-project/speculators) that vLLM documents.
 
 The EAGLE-3 layout (config.json + model.safetensors) names one decoder layer `midlayer.*`, the
-fusion `fc`, the final `norm`, the `lm_head` over the draft vocabulary and the `d2t` / `t2d`
-maps; the token embedding is left out (both engines take the target's). vLLM reads the captured
-target layers from `eagle_aux_hidden_state_layer_ids` (the HF hidden_states indices specfleet
-uses); SGLang reads `eagle_config.eagle_aux_hidden_state_layer_ids`, one lower for the same
-layers (recent SGLang adds the one back only when the list starts at 1, which EAGLE-3's default
-capture, from hidden state 2, does; a capture list starting elsewhere is read differently
-there). The speculators format keeps the same weights as `layers.0.*`, the layer's settings in
+fusion `fc`, the final `norm`, the `lm_head` over the draft vocabulary and, where that is smaller
+than the target's, the `d2t` / `t2d` maps; the token embedding is left out (both engines take the
+target's). vLLM reads the captured target layers from `eagle_aux_hidden_state_layer_ids` (the HF
+hidden_states indices specfleet uses); SGLang reads
+`eagle_config.eagle_aux_hidden_state_layer_ids`, one lower for the same layers (recent SGLang adds
+the one back only when the list starts at 1, which EAGLE-3's default capture, from hidden state 2,
+does; a capture list starting elsewhere is read differently there). The speculators format keeps
+the same weights as `layers.0.*`, the layer's settings in
 `transformer_layer_config` and the verifier (target) it drafts for.
 workers/drafters/eagle3/layouts.py reads all of these back.
 
@@ -27,6 +28,11 @@ import torch
 
 from workers.drafters.eagle3.layouts import LAYER, OUTSIDE, PREFIX
 from workers.drafters.eagle3.model import DrafterConfig, Eagle3Drafter
+
+# Written only for a draft vocabulary smaller than the target's: over the whole vocabulary the maps
+# are the identity, vLLM builds no map and refuses a checkpoint that holds one (seen in 0.32.0), and
+# workers/drafters/eagle3/layouts.py reads their absence back as the identity.
+VOCABULARY_MAPS = ("d2t", "t2d")
 
 
 def names(layout: str) -> dict[str, str]:
@@ -151,7 +157,10 @@ def export_speculators(
 def _write(drafter: Eagle3Drafter, folder: str | Path, layout: str, config: dict, dtype: torch.dtype) -> Path:
     state = drafter.state_dict()
     tensors = {}
+    whole = (drafter.cfg.draft_vocab or drafter.cfg.vocab_size) == drafter.cfg.vocab_size
     for ours, theirs in names(layout).items():
+        if whole and ours in VOCABULARY_MAPS:
+            continue
         t = state[ours].detach().to("cpu")
         tensors[theirs] = (t.to(dtype) if t.is_floating_point() else t).contiguous()
     folder = Path(folder)

@@ -72,3 +72,18 @@ def test_variants_engines_cannot_run_are_refused(tmp_path, tiny_target, switch, 
     with pytest.raises(ValueError, match=message):
         export_eagle3(drafter, tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+def test_a_drafter_over_the_whole_vocabulary_has_no_vocabulary_maps(tmp_path, tiny_target):
+    """vLLM builds no draft-to-target map when the draft vocabulary is the target's and refuses a
+    checkpoint that holds one ('no module or parameter named draft_id_to_target_id', 0.32.0): the
+    maps are left out, and reading the folder back gives the identity."""
+    target, _, _ = tiny_target
+    cfg = drafter_config_for(target, norm="pre", fc_norm=False, fusion="tri")
+    drafter = drafter_from_target(target, cfg).eval()
+    folder = export_eagle3(drafter, tmp_path / "eagle3", dtype=torch.float32)
+    tensors = safetensors.torch.load_file(str(folder / "model.safetensors"))
+    config = json.loads((folder / "config.json").read_text())
+    assert config["draft_vocab_size"] == config["vocab_size"] and not {"d2t", "t2d"} & set(tensors)
+    back = import_checkpoint(folder, target.get_input_embeddings().weight, target.config.num_hidden_layers)
+    assert torch.equal(back.draft_ids(), torch.arange(cfg.vocab_size))
