@@ -109,3 +109,26 @@ def test_an_engine_that_does_not_start_is_one_line_of_vllms_error(folders, tmp_p
     with pytest.raises(VllmError) as failed:
         _serve(folders, {"method": "eagle3", "model": str(broken), "num_speculative_tokens": 2})
     assert "\n" not in str(failed.value) and "draft_id_to_target_id" in str(failed.value)
+
+
+def test_every_config_emitted_for_this_release_is_accepted_by_its_config_classes(folders, tmp_path):
+    """What `autotune --engine vllm --engine-version 0.32.0` can print, over methods, constant and
+    per-batch-size schedules, and draft sampling at temperature > 0, in one batch through vLLM's
+    own EngineArgs. (Configs for other releases need that release installed: this wheel checks
+    its own.)"""
+    target, drafter = folders
+    draft_model = tmp_path / "small-lm"  # any model folder with the target's vocabulary serves as one
+    draft_model.symlink_to(target, target_is_directory=True)
+    schedules = [[(1, 256, 3)], [(1, 1, 4), (2, 16, 2), (17, 256, 0)], [(1, 8, 2), (9, 64, 1)]]
+    configs = []
+    for method, model in (("eagle3", drafter), ("draft_model", draft_model)):
+        for schedule in schedules:
+            for sampling in (None, "greedy", "sampled"):
+                text = emit(
+                    "vllm", schedule, model=str(model), method=method, version="0.32.0", draft_sampling=sampling
+                ).text
+                configs.append(json.loads(shlex.split(text)[1]))
+    assert any("num_speculative_tokens_per_batch_size" in c for c in configs)
+    assert {c.get("draft_sample_method") for c in configs} == {None, "greedy", "probabilistic"}
+    checked = check_configs(vllm_python(), model=str(target), dtype="float32", configs=configs)
+    assert checked == [None] * len(configs), [(c, why) for c, why in zip(configs, checked) if why]
