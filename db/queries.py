@@ -220,8 +220,8 @@ def tree_check_values(
 
 
 def speedup_checks(session: Session, *, target: str | None, drafter: str | None) -> list[dict]:
-    """Sorted by target, drafter, hardware, condition, temperature, job, depth."""
-    order = ("target", "drafter", "hardware", "condition", "temperature", "job_id", "depth")
+    """Sorted by target, drafter, hardware, condition, temperature, job, run, batch size, depth."""
+    order = ("target", "drafter", "hardware", "condition", "temperature", "job_id", "run", "batch_size", "depth")
     return _measured_rows(session, SpeedupPoint, SPEEDUP_KEYS, order, target=target, drafter=drafter)
 
 

@@ -35,7 +35,8 @@ class ChoiceRows:
 
 @dataclass(frozen=True)
 class CheckRows:
-    """A measure_speedup job's rows: SPEEDUP_KEYS dicts per depth, TREE_CHECK_KEYS dicts per tree run."""
+    """A measure_speedup or serve_check job's rows: SPEEDUP_KEYS dicts per depth (and batch size and
+    run), TREE_CHECK_KEYS dicts per tree run."""
 
     speedup_checks: Sequence[dict] | None = None
     tree_checks: Sequence[dict] | None = None
@@ -137,6 +138,30 @@ def speedup_rows(target: str, drafter: str, check) -> list[dict]:
             "engine_accept_len": check.engine_accept_len[k],
         }
         for k in range(len(check.tokens_per_s))
+    ]
+
+
+def serving_rows(target: str, drafter: str, check) -> list[dict]:
+    """One row per point of a serving engine's check (a ServingCheck): the sweep's, then the printed config's."""
+    return [
+        {
+            "target": target,
+            "drafter": drafter,
+            "hardware": check.hardware,
+            "condition": check.condition,
+            "temperature": check.temperature,
+            "depth": point.depth,
+            "tokens_per_s": point.tokens_per_s,
+            "measured_speedup": point.measured_speedup,
+            "predicted_speedup": point.predicted_speedup,
+            "engine_accept_len": point.accept_len,
+            "engine": check.engine,
+            "batch_size": point.batch_size,
+            "run": run,
+            "depth_run": point.depth_run,
+        }
+        for run, points in (("sweep", check.sweep), ("printed", check.chosen))
+        for point in points
     ]
 
 

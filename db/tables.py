@@ -196,19 +196,30 @@ class SpeedupPoint(MeasuredAt, Base):
     """One row per depth of one engine benchmark: the real engine at depth k versus the model.
 
     Depth 0 is plain decoding, the baseline: measured_speedup 1 and engine_accept_len 1. Depths
-    1..max_depth speculate; ``measured_speedup`` is tokens_per_s over depth 0's, and
-    ``predicted_speedup`` is the cost model's value for the same depth.
+    1..max_depth speculate; ``measured_speedup`` is tokens_per_s over depth 0's (at the same batch
+    size), and ``predicted_speedup`` is the cost model's value for the same depth and batch size.
+    A serving engine's check (serve_check) adds rows per batch size, swept and as printed.
     """
 
     __tablename__ = "speedup_checks"
     __table_args__ = (
-        UniqueConstraint("job_id", "condition", "temperature", "depth"),
+        # named: the convention's name (every column) passes PostgreSQL's 63 characters
+        UniqueConstraint(
+            "job_id", "condition", "temperature", "run", "batch_size", "depth", name="uq_speedup_checks_point"
+        ),
         CheckConstraint("depth >= 0", name="depth"),
         CheckConstraint("tokens_per_s > 0", name="tokens_per_s"),
+        CheckConstraint("batch_size >= 1", name="batch_size"),
         Index(None, "target", "drafter"),
     )
 
     hardware: Mapped[str] = mapped_column(String(NAME_LEN))
+    # "specfleet" (its own engine, measure_speedup) or a serving engine and release ("vllm 0.32.0")
+    engine: Mapped[str] = mapped_column(String(NAME_LEN), server_default="specfleet")
+    batch_size: Mapped[int] = mapped_column(Integer, server_default="1")
+    # "sweep": a constant depth of the sweep; "printed": the config autotune prints (depth per batch size)
+    run: Mapped[str] = mapped_column(String(TAG_LEN), server_default="sweep")
+    depth_run: Mapped[float | None] = mapped_column(Float)  # draft tokens per draft, where the engine counts them
     tokens_per_s: Mapped[float] = mapped_column(Float)
     measured_speedup: Mapped[float] = mapped_column(Float)
     predicted_speedup: Mapped[float] = mapped_column(Float)

@@ -63,7 +63,16 @@ _DIAGNOSTIC_NUMBERS = ("value", "temperature")
 _RANK_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "condition": TAG_LEN}
 _RANK_NUMBERS = ("temperature", "accept")
 # The same for a speedup check.
-_SPEEDUP_TEXT = {"target": NAME_LEN, "drafter": NAME_LEN, "hardware": NAME_LEN, "condition": TAG_LEN}
+_SPEEDUP_TEXT = {
+    "target": NAME_LEN,
+    "drafter": NAME_LEN,
+    "hardware": NAME_LEN,
+    "condition": TAG_LEN,
+    "engine": NAME_LEN,
+    "run": TAG_LEN,
+}
+SPEEDUP_RUNS = ("sweep", "printed")
+SPEEDUP_DEFAULTS = {"engine": "specfleet", "batch_size": 1, "run": "sweep", "depth_run": None}
 _SPEEDUP_NUMBERS = ("temperature", "tokens_per_s", "measured_speedup", "predicted_speedup", "engine_accept_len")
 # The longest string each text column of a tuned config takes, and whether it is required.
 _TUNED_TEXT = {
@@ -211,16 +220,26 @@ def replace_tree_checks(session: Session, job: JobRecord, rows: Sequence[dict]) 
 
 
 def replace_speedup_checks(session: Session, job: JobRecord, rows: Sequence[dict]) -> None:
-    """Replace the job's speedup checks; each entry needs exactly SPEEDUP_KEYS.
+    """Replace the job's speedup checks; each entry needs exactly SPEEDUP_KEYS, but engine, batch_size,
+    run and depth_run, which default to specfleet's engine swept at batch size 1 (SPEEDUP_DEFAULTS).
 
-    One entry per (condition, temperature, depth), depth 0 being plain decoding.
+    One entry per (condition, temperature, run, batch size, depth), depth 0 being plain decoding.
     """
     checks = []
     for index, entry in enumerate(rows):
         where = f"speedup_checks[{index}] of job {job.job_hash}"
-        values = _checked_row(entry, where, keys=SPEEDUP_KEYS, text=_SPEEDUP_TEXT, numbers=_SPEEDUP_NUMBERS)
+        if isinstance(entry, dict):  # specfleet's own engine, swept at batch size 1, unless said otherwise
+            entry = {**SPEEDUP_DEFAULTS, **entry}
+        values = _checked_row(
+            entry, where, keys=SPEEDUP_KEYS, text=_SPEEDUP_TEXT, numbers=_SPEEDUP_NUMBERS, optional=("depth_run",)
+        )
         if values["tokens_per_s"] <= 0:
             raise StoreError(f"{where}: tokens_per_s must be > 0, got {entry['tokens_per_s']!r}")
+        size = values["batch_size"]
+        if not isinstance(size, Integral) or isinstance(size, bool) or size < 1:
+            raise StoreError(f"{where}: batch_size must be an integer >= 1, got {size!r}")
+        if values["run"] not in SPEEDUP_RUNS:
+            raise StoreError(f"{where}: run must be one of {', '.join(SPEEDUP_RUNS)}, got {values['run']!r}")
         checks.append(SpeedupPoint(job_id=job.id, **values))
     session.execute(delete(SpeedupPoint).where(SpeedupPoint.job_id == job.id))
     session.add_all(checks)

@@ -1,7 +1,8 @@
 """Planning: an experiment spec becomes a graph of jobs, each keyed by a content hash.
 
 train_target (built-in targets only) -> train_drafter -> measure_curve, profile_cost
--> select_depth [-> measure_speedup, when the spec asks for validation]. Each job carries its
+-> select_depth [-> measure_speedup, when the spec asks for validation] [-> serve_check, when it
+names a serving engine]. Each job carries its
 kind's typed config (pipeline/core/contracts.py). A job's hash covers exactly what determines
 its result: its kind, its config, the hashes of its inputs and its kind's code version. An
 unchanged job keeps its hash, so a rerun reuses its finished result.
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 
 from pipeline.core import contracts as c
 from pipeline.core.kinds import kind as job_kind
-from pipeline.core.settings import CostTiming
+from pipeline.core.settings import CostTiming, Validation
 from pipeline.spec import ExperimentSpec, Target
 
 
@@ -133,6 +134,20 @@ def build_plan(
             t,
             d,
         )
+        if spec.serving is not None:
+            add(
+                "serve_check",
+                f"serve_check {pair}",
+                {
+                    **models,
+                    "evaluation": evaluation,
+                    "validation": spec.validation or Validation(),
+                    "serving": spec.serving,
+                },
+                {**inputs, "curve": curve, "cost": cost, "depth": depth},
+                t,
+                d,
+            )
         if spec.validation is not None:
             add(
                 "measure_speedup",

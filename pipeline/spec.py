@@ -25,6 +25,7 @@ from pipeline.core.settings import (
     Pairing,
     PromptsFile,
     Resources,
+    Serving,
     Strict,
     TrainingData,
     Validation,
@@ -47,6 +48,7 @@ class ExperimentSpec(Strict):
     evaluation: Evaluation = Evaluation()
     cost: Cost = Cost()
     validation: Validation | None = None
+    serving: Serving | None = None  # the serving engine judges each choice (the serve_check kind)
     training_data: TrainingData = TrainingData()
     resources: dict[Literal[JOB_KINDS], Resources] = Field(default_factory=_default_resources)
     runtime_env: RuntimeEnv | None = None  # what Ray gives the worker processes (pipeline/run/runtime_env.py)
@@ -132,22 +134,36 @@ def cross_check(data: dict) -> list[tuple[tuple, str]]:
         given = data.get(section).get("prompts") if isinstance(data.get(section), dict) else None
         for key in sorted(set(given) & set(PromptsFile.filled_in) if isinstance(given, dict) else ()):
             problems.append(((section, "prompts", key), "specfleet fills this in when it reads the file; drop it"))
+    serving = data.get("serving")
+    for key in sorted(set(serving) & set(Serving.filled_in) if isinstance(serving, dict) else ()):
+        problems.append((("serving", key), "specfleet reads this from the engine's environment; drop it"))
     evaluation = data.get("evaluation")
     conditions = evaluation.get("conditions") if isinstance(evaluation, dict) else None
-    if (
-        data.get("validation") is not None
-        and isinstance(conditions, list)
-        and conditions
-        and isinstance(conditions[0], dict)
-        and "noise" in conditions[0]
-    ):
+    temperatures = evaluation.get("temperatures") if isinstance(evaluation, dict) else None
+    first = temperatures[0] if isinstance(temperatures, list) and temperatures else 0
+    if serving is not None and isinstance(first, int | float) and first != 0:
         problems.append(
             (
-                ("validation",),
-                "the engine drafts without noise, so it cannot validate the depth "
-                "chosen for a noise condition; list a prompt condition first",
+                ("serving",),
+                "the serving check decodes greedily (its output must equal plain decoding), but the depth "
+                f"is chosen at the evaluation's first temperature, {first:g}; list 0 first",
             )
         )
+    for section in ("validation", "serving"):
+        if (
+            data.get(section) is not None
+            and isinstance(conditions, list)
+            and conditions
+            and isinstance(conditions[0], dict)
+            and "noise" in conditions[0]
+        ):
+            problems.append(
+                (
+                    (section,),
+                    "the engine drafts without noise, so it cannot validate the depth "
+                    "chosen for a noise condition; list a prompt condition first",
+                )
+            )
     resources = data.get("resources") if isinstance(data.get("resources"), dict) else {}
     timed = [
         resources.get(kind) if isinstance(resources.get(kind), dict) else {}

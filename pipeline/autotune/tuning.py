@@ -37,33 +37,12 @@ from pathlib import Path
 
 from pipeline.autotune.engines import registry as engines
 from pipeline.core.artifacts import materialise
-from pipeline.core.contracts import serves_tree
 from pipeline.core.files import write_file
 from pipeline.core.schedule import check_schedule
 from pipeline.core.sources import looks_like_path
 from pipeline.errors import UserError
 
 ENGINES = engines.ENGINES
-
-
-def sampling_of(row: dict) -> str | None:
-    """How the row's curve drew drafts, when that matters to the engine: at temperature > 0."""
-    return row.get("draft_sampling") if row.get("temperature", 0.0) > 0 else None
-
-
-def schedule_of(row: dict) -> list[tuple[int, int, int]]:
-    """The row's per-batch-size schedule, or its single depth for every batch size."""
-    if row.get("schedule"):
-        return [tuple(r) for r in row["schedule"]]
-    return [(1, 1, row["depth"])]
-
-
-def tree_of(row: dict):
-    """The row's draft tree when it is predicted to beat the chain it was compared with, else None."""
-    tree = row.get("tree")
-    if not serves_tree(tree, row.get("tree_speedup"), row.get("tree_chain_speedup"), row.get("tree_all_batches")):
-        return None
-    return [tuple(n) for n in tree]
 
 
 METHODS = ("eagle3", "draft_model")  # what specfleet's drafters are served as (vLLM's method names)

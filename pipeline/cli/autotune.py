@@ -130,16 +130,17 @@ def _print_config(engine: str, row: dict, *, path: str, method: str, version: st
     production version, which has none); what the engine release could not express, and files it
     reads, on stderr."""
     from pipeline.autotune import tuning as tune
+    from pipeline.autotune.choice_row import sampling_of, schedule_of, tree_of
 
     emitted = tune.render(
         engine,
-        tune.schedule_of(row),
+        schedule_of(row),
         model=path,
         method=method,
         version=version,
         config_dir=workdir / "engine-configs",
-        draft_sampling=tune.sampling_of(row),
-        tree=tune.tree_of(row),
+        draft_sampling=sampling_of(row),
+        tree=tree_of(row),
     )
     for note in emitted.notes:
         err.print(f"note: {note}", markup=False, soft_wrap=True)
@@ -149,7 +150,7 @@ def _print_config(engine: str, row: dict, *, path: str, method: str, version: st
 def _speculates(row: dict) -> bool:
     """False, with a note, when the tuned depth is 0 at every batch size: then there is nothing to
     configure, and the engine's answer is to serve without a drafter (stdout stays empty)."""
-    from pipeline.autotune.tuning import schedule_of, tree_of
+    from pipeline.autotune.choice_row import schedule_of, tree_of
 
     if max(k for _, _, k in schedule_of(row)) > 0 or tree_of(row):  # a tree can pay where no chain does
         return True

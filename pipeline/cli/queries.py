@@ -62,25 +62,36 @@ def speedups(
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
 ):
-    """Predicted vs measured speedup per depth, from the engine benchmarks in the database."""
+    """Predicted vs measured speedup per depth, from the engine benchmarks in the database: specfleet's
+    engine, and a serving engine's checks (per batch size, with the config autotune prints)."""
     store = read_store(workdir, db)
     try:
         rows = store.speedup_checks(target=target, drafter=drafter)
-        checks = [] if as_json else _benchmarks(store, rows)
+        ours = [] if as_json else _benchmarks(store, [r for r in rows if r["engine"] == "specfleet"])
+        served = [] if as_json else _benchmarks(store, [r for r in rows if r["engine"] != "specfleet"])
     finally:
         store.close()
-    from pipeline.report.plots import engine_tables
+
+    def tables():
+        from rich.console import Group
+
+        from pipeline.report.plots import engine_tables
+        from pipeline.report.serving_table import serving_tables
+
+        parts = ([engine_tables(ours)] if ours else []) + ([serving_tables(served)] if served else [])
+        return Group(*parts)
 
     _show(
         rows,
         as_json,
-        "no engine benchmarks yet: add a `validation:` section to the spec and run it",
-        lambda: engine_tables(checks),
+        "no engine benchmarks yet: add a `validation:` (or `serving:`) section to the spec and run it",
+        tables,
     )
 
 
 def _benchmarks(store, rows: list[dict]) -> list[tuple[str, str, object]]:
-    """(target, drafter, speedup check) of each benchmark job that has rows, in row order."""
+    """(target, drafter, check) of each benchmark job that has rows, in row order: specfleet's engine
+    (a measure_speedup job's SpeedupCheck) or a serving engine (a serve_check job's ServingCheck)."""
     from pipeline.run.record import finished
 
     first: dict[str, dict] = {}
@@ -88,11 +99,12 @@ def _benchmarks(store, rows: list[dict]) -> list[tuple[str, str, object]]:
         first.setdefault(r["job_hash"], r)
     found = []
     for job_hash, row in first.items():
-        validated = finished(store, "measure_speedup", job_hash)
-        if validated is None:  # re-running right now: its old rows stay until it finishes
+        ours = row["engine"] == "specfleet"
+        result = finished(store, "measure_speedup" if ours else "serve_check", job_hash)
+        if result is None:  # re-running right now: its old rows stay until it finishes
             err.print(f"skipped {row['target']}/{row['drafter']}: its benchmark job is not finished")
             continue
-        found.append((row["target"], row["drafter"], validated.speedup_check))
+        found.append((row["target"], row["drafter"], result.speedup_check if ours else result.serving_check))
     return found
 
 

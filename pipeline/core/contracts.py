@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from pipeline.core.files import Files
 from pipeline.core.model_settings import BuiltinTarget, DrafterSpec
-from pipeline.core.settings import CostTiming, Evaluation, TrainingData, Validation
+from pipeline.core.settings import CostTiming, Evaluation, Serving, TrainingData, Validation
 from pipeline.core.types import CostProfile, Curve, DepthChoice
 
 
@@ -132,6 +132,23 @@ class MeasureSpeedupConfig(JobConfig):
     accelerator_type: str | None = None
     worker: WorkerEnv | None = None  # what the worker placed like this reports (None: not probed)
     unhashed: ClassVar[dict] = {"evaluation": {"prompts": {"path"}}}
+
+
+class ServeCheckConfig(JobConfig):
+    """A pairing served by a real serving engine (pipeline/core/settings.Serving): the engine's
+    release is part of the identity, the path of its environment is not."""
+
+    target: TargetRef
+    drafter: DrafterSpec
+    evaluation: Evaluation
+    validation: Validation  # the held-out prompts and how many tokens each decodes
+    serving: Serving
+    device: str
+    num_cpus: float  # the engine is bound to the job's cores on CPU
+    num_gpus: float
+    accelerator_type: str | None = None
+    worker: WorkerEnv | None = None
+    unhashed: ClassVar[dict] = {"evaluation": {"prompts": {"path"}}, "serving": {"python"}}
 
 
 # -- results --------------------------------------------------------------------------------------
@@ -361,3 +378,46 @@ class SpeedupCheck(Contract):
 
 class Validated(Contract):
     speedup_check: SpeedupCheck
+
+
+class ServedPoint(Contract):
+    """The serving engine at one depth setting and one batch size (workers/jobs/serve_check.py)."""
+
+    depth: int  # the depth the config asks for at this batch size (0: no speculation)
+    batch_size: int
+    tokens_per_s: float
+    measured_speedup: float  # over the engine without speculation at this batch size
+    predicted_speedup: float  # specfleet's model at this depth and batch size
+    accept_len: float  # the engine's mean accepted length, 1 + accepted / drafts (1 without speculation)
+    curve_accept_len: float  # specfleet's measurement at this depth (a decoder's tokens per pass where measured)
+    accepted_per_pos: tuple[float, ...]  # the share of drafts whose i-th token was accepted
+    depth_run: float  # draft tokens per draft: the depth the engine actually ran (0 without speculation)
+    greedy_equal: bool  # every output identical to the engine's own without speculation
+    seconds: float
+    tokens: int
+
+
+class ServingCheck(Contract):
+    """A depth choice served by a real engine with exactly the config `specfleet autotune` prints,
+    beside a constant-depth sweep k = 0..max_depth at every profiled batch size, and a verdict
+    (pipeline/core/serving_verdict.py)."""
+
+    engine: str  # "vllm 0.32.0"
+    speculative_config: str  # what autotune prints for the choice ("" when the choice is no speculation)
+    condition: str
+    temperature: float
+    hardware: str  # where the engine ran
+    cost_hardware: str  # where the costs the choice used were timed
+    sweep: tuple[ServedPoint, ...]  # every depth k at every batch size, k-major
+    chosen: tuple[ServedPoint, ...]  # the printed config at every batch size
+    best_depth: dict[int, int]  # batch size -> the engine's fastest depth of the sweep
+    chosen_vs_best: dict[int, float]  # batch size -> the printed config's tokens/s over the fastest's
+    tolerance: float
+    passed: bool
+    problems: tuple[str, ...]
+    notes: tuple[str, ...] = ()  # what the emitter noted, and how the engine's acceptance compares
+
+
+class Served(Contract):
+    serving_check: ServingCheck | None  # None: the engine cannot load this drafter (`refused` says why)
+    refused: str | None = None

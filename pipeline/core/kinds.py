@@ -21,7 +21,9 @@ select_depth in pipeline/core/select.py, and is recorded by pipeline/run/record.
 - measure_curve (target, drafter) -> Measured: curves, per-prompt data, drift diagnostics;
 - profile_cost (target, drafter) -> Profiled: a CostProfile;
 - select_depth (curve, cost) -> Selected: the choice, its cost model, the schedule;
-- measure_speedup (target, drafter, depth) -> Validated: the engine benchmark and its verdict.
+- measure_speedup (target, drafter, depth) -> Validated: the engine benchmark and its verdict;
+- serve_check (target, drafter, curve, cost, depth) -> Served: a real serving engine (vLLM) serving
+  the printed config and a depth sweep per batch size, and its verdict.
 What of a job's resources changes its result (`placement`): nothing (select_depth), the device
 kind (dtype and numerics), or, for the timing jobs profile_cost and measure_speedup, the whole
 placement.
@@ -161,6 +163,19 @@ KINDS: dict[str, JobKind] = {
             (*_DISPATCH, "workers.jobs.measure_speedup"),
             "timed",
             _family_module,
+        ),
+        JobKind(
+            "serve_check",
+            c.ServeCheckConfig,
+            c.Served,
+            {"target": c.Trained, "drafter": c.Trained, "curve": c.Measured, "cost": c.Profiled, "depth": c.Selected},
+            "workers.jobs.serve_check:run",
+            "pipeline.run.record:record_served",
+            # vllm_side.py runs in the engine's own environment: started as a file, imported by nobody
+            (*_DISPATCH, "workers.jobs.serve_check", "workers.serving.vllm_side"),
+            "timed",
+            _family_module,
+            Resources(num_cpus=2),
         ),
     )
 }

@@ -10,6 +10,7 @@ Unknown keys are refused everywhere.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
@@ -270,6 +271,58 @@ class Validation(Strict):
         "a standalone drafter, HF assisted generation at every depth "
         "and with HF's defaults)",
     )
+
+
+class Serving(Strict):
+    """A serving engine in the loop (the `serve_check` job kind): the engine itself, in its own
+    environment, serves each pairing with exactly the speculative config `specfleet autotune`
+    prints for it, at every depth of the sweep and every profiled batch size, and its own clock
+    and spec-decode counters judge the choice.
+
+    The engine is named by the Python executable of its environment (vLLM pins its own torch and
+    transformers, so it lives apart, as in production): `make vllm` builds `.venv-vllm`; on a GPU
+    cluster every worker node needs that environment at the same path. `python` is made absolute
+    and the engine's release is read from it when the spec is read: the release is part of every
+    check's identity (a new release re-runs the checks), the path is not."""
+
+    engine: Literal["vllm"] = "vllm"
+    python: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_PATH,
+        description="the engine environment's Python (default: $SPECFLEET_VLLM_PYTHON, else .venv-vllm/bin/python)",
+    )
+    version: str | None = Field(None, max_length=MAX_NAME, description="the engine's release, filled in when read")
+    kv_cache_gib: float = Field(2.0, gt=0, le=4096, description="KV cache per engine on CPU (VLLM_CPU_KVCACHE_SPACE)")
+    tolerance: float = Field(
+        0.05, ge=0, lt=1, description="the printed config must reach (1 - tolerance) x the engine's fastest depth"
+    )
+    start_timeout_s: float = Field(
+        900, gt=0, le=86400, description="longest one engine may take to start and serve every batch size"
+    )
+    filled_in: ClassVar[tuple[str, ...]] = ("version",)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, value):
+        if value is None:
+            value = {}
+        if not isinstance(value, dict) or value.get("version") is not None:
+            return value  # already read (a stored job config), or malformed: the field checks say why
+        python = value.get("python")
+        if python is None:
+            python = os.environ.get("SPECFLEET_VLLM_PYTHON") or ".venv-vllm/bin/python"
+        if not isinstance(python, str) or not python or len(python) > MAX_PATH:
+            return value
+        from workers.serving.vllm_engine import VllmError, vllm_version  # the standard library only
+
+        path = Path(python).expanduser()
+        path = path if path.is_absolute() else Path.cwd() / path  # no resolve: a venv's python is a link
+        try:
+            version = vllm_version(str(path))
+        except VllmError as exc:
+            raise ValueError(f"python: {exc}") from None
+        return {**value, "python": str(path), "version": version}
 
 
 class Resources(Strict):

@@ -26,13 +26,14 @@ from db.rows import (
     curve_rows,
     diagnostic_rows,
     rank_accept_rows,
+    serving_rows,
     speedup_rows,
     tree_check_rows,
     tuned_config,
 )
 from pipeline.core.artifacts import present
 from pipeline.core.categories import category_curves
-from pipeline.core.contracts import Dataset, Measured, Profiled, Selected, Stored, Trained, Validated
+from pipeline.core.contracts import Dataset, Measured, Profiled, Selected, Served, Stored, Trained, Validated
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.trees import rank_accepts
 from pipeline.core.types import Curve
@@ -239,6 +240,35 @@ def record_validated(job: Job, result: Validated, rec: Recording) -> None:
             speedup_checks=speedup_rows(job.target, job.drafter, check),
             tree_checks=tree_check_rows(job.target, job.drafter, check),
         ),
+    )
+
+
+def record_served(job: Job, result: Served, rec: Recording) -> None:
+    """A serving engine's check: the verdict and, per batch size, the printed config against the
+    engine's fastest depth; the batch-size-1 sweep as series with step = depth; one row per point."""
+    check = result.serving_check
+    if check is None:  # the engine cannot load this drafter: said once, nothing measured
+        rec.tracker.log_all(rec.run_id, metrics={"passed": 0.0}, tags={"refused": result.refused or ""})
+        rec.store.mark_done(job.hash, result=_stored_json(result))
+        return
+    metrics = {"passed": float(check.passed)}
+    for b, ratio in check.chosen_vs_best.items():
+        metrics[f"chosen_vs_best_b{b}"] = ratio
+        metrics[f"best_depth_b{b}"] = check.best_depth[b]
+    for point in check.chosen:
+        metrics[f"depth_run_b{point.batch_size}"] = point.depth_run
+        metrics[f"speedup_b{point.batch_size}"] = point.measured_speedup
+    ones = [p for p in check.sweep if p.batch_size == 1]
+    series = {
+        name: [(p.depth, getattr(p, name)) for p in ones]
+        for name in ("tokens_per_s", "measured_speedup", "predicted_speedup", "accept_len", "curve_accept_len")
+    }
+    tags = {"engine": check.engine, "speculative_config": check.speculative_config[:5000]}
+    rec.tracker.log_all(rec.run_id, metrics=metrics, series=series, tags=tags)
+    rec.store.mark_done(
+        job.hash,
+        result=_stored_json(result),
+        rows=CheckRows(speedup_checks=serving_rows(job.target, job.drafter, check)),
     )
 
 

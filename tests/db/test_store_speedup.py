@@ -1,6 +1,8 @@
 """Speedup checks on both real backends: the real engine at every depth beside the cost model.
 
-One row per (job, condition, temperature, depth); depth 0 is plain decoding, the baseline.
+One row per (job, condition, temperature, run, batch size, depth); depth 0 is plain decoding, the
+baseline. specfleet's own engine is swept at batch size 1 (the store's defaults); a serving engine's
+check adds rows per batch size, swept and as printed.
 Fixtures and helpers come from test_store.py, so these tests run on the same SQLite file and
 fresh PostgreSQL database.
 """
@@ -69,10 +71,11 @@ def test_speedup_checks_round_trip_sorted_and_filtered(store: Store) -> None:
         *(("tiny-llama", "eagle", cpu, "sampled", 1.0, "bench-a", k) for k in (0, 1)),
         *(("tiny-llama", "medusa", cpu, "greedy", 0.0, "bench-medusa", k) for k in (0, 1)),
     ]
+    defaults = {"engine": "specfleet", "batch_size": 1, "run": "sweep", "depth_run": None}
     for job_hash, checks in given.items():
         mine = [{k: r[k] for k in SPEEDUP_KEYS} for r in rows if r["job_hash"] == job_hash]
         key = lambda d: (d["condition"], d["depth"])  # noqa: E731
-        assert sorted(mine, key=key) == sorted(checks, key=key)
+        assert sorted(mine, key=key) == sorted(({**defaults, **c} for c in checks), key=key)
 
     greedy = [r for r in rows if r["job_hash"] == "bench-a" and r["condition"] == "greedy"]
     baseline = greedy[0]
@@ -130,6 +133,11 @@ BROKEN_CHECKS = {
     "long-hardware": (_speedup(1, 50.0, hardware="x" * 256), r"hardware must be a string of 1\.\.255"),
     "empty-condition": (_speedup(1, 50.0, condition=""), r"condition must be a string of 1\.\.64"),
     "not-a-dict": (("tiny-llama", 1, 50.0), r"need a dict, got tuple"),
+    "zero-batch_size": (_speedup(1, 50.0, batch_size=0), r"batch_size must be an integer >= 1, got 0"),
+    "float-batch_size": (_speedup(1, 50.0, batch_size=2.0), r"batch_size must be an integer >= 1, got 2\.0"),
+    "unknown-run": (_speedup(1, 50.0, run="chosen"), r"run must be one of sweep, printed, got 'chosen'"),
+    "long-engine": (_speedup(1, 50.0, engine="v" * 256), r"engine must be a string of 1\.\.255"),
+    "nan-depth_run": (_speedup(1, 50.0, depth_run=math.nan), r"depth_run must be a finite number"),
 }
 
 
@@ -176,10 +184,10 @@ def test_database_refuses_bad_speedup_rows_itself(store: Store, db_url: str) -> 
             # PostgreSQL also lists the index behind the unique constraint.
             indexes = {i["name"] for i in schema.get_indexes("speedup_checks")} - uniques
         # compare_metadata leaves out check constraints, so their names are checked here.
-        assert checks == {"ck_speedup_checks_depth", "ck_speedup_checks_tokens_per_s"}
-        assert uniques == {"uq_speedup_checks_job_id_condition_temperature_depth"}
+        assert checks == {"ck_speedup_checks_depth", "ck_speedup_checks_tokens_per_s", "ck_speedup_checks_batch_size"}
+        assert uniques == {"uq_speedup_checks_point"}
         assert indexes == {"ix_speedup_checks_target_drafter"}
-        for bad in ({"depth": -1}, {"tokens_per_s": 0.0}, {"depth": 0}):  # depth 0 is a repeat
+        for bad in ({"depth": -1}, {"tokens_per_s": 0.0}, {"depth": 0}, {"batch_size": 0}):  # depth 0 is a repeat
             row = {**_speedup(3, 50.0), "job_id": job_id, **bad}
             with pytest.raises(IntegrityError), engine.begin() as connection:
                 connection.execute(insert(SpeedupPoint.__table__).values(**row))

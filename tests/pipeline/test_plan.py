@@ -122,11 +122,14 @@ def test_standalone_drafters_in_the_plan():
     assert {n for n, _ in small_measure.deps} == {"target", "drafter"}
 
 
-def test_every_job_carries_its_kinds_typed_config():
+def test_every_job_carries_its_kinds_typed_config(tmp_path):
+    from support.vllm import fake_vllm_python
+
     from pipeline.core.kinds import KINDS
 
     data = modified(["validation"], {"num_prompts": 4})
     data["drafters"][1]["train"]["corpus"] = "regenerated"
+    data["serving"] = {"python": fake_vllm_python(tmp_path)}
     plan = plan_of(data)
     assert {j.kind for j in plan.jobs} == set(KINDS)
     for job in plan.jobs:

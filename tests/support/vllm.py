@@ -20,3 +20,13 @@ def vllm_python() -> str:
             pytest.fail(reason)
         pytest.skip(reason)
     return python
+
+
+def fake_vllm_python(folder: Path, version: str = "0.32.0") -> str:
+    """An executable that answers specfleet's release probe (`PYTHON -c "import vllm; ..."`) as a
+    vLLM environment of `version` would, for tests of what is planned and stored without vLLM."""
+    python = folder / f"fake-vllm-{version}" / "bin" / "python"
+    python.parent.mkdir(parents=True, exist_ok=True)
+    python.write_text(f"#!/bin/sh\necho {version}\n")
+    python.chmod(0o755)
+    return str(python)

@@ -105,6 +105,28 @@ def load_target(ref: TargetRef, trained: Trained | None, device: torch.device):
     return load_model(hf=ref.hf, gguf=ref.gguf, package=ref.package, device=device, dtype=dtype)
 
 
+def served_folder(ref: TargetRef, trained: Trained | None) -> str:
+    """A pairing's target as a serving engine loads it: a model folder, or a hub id the engine fetches
+    itself (a trained built-in target's checkpoint; a GGUF file converted once to float32)."""
+    if trained is not None:
+        return str(folder_of(trained))
+    try:
+        where, gguf_file = locate(hf=ref.hf, gguf=ref.gguf, package=ref.package)
+    except LookupError as exc:
+        raise FileNotFoundError(f"target: {exc}") from None
+    if gguf_file is not None:
+        return str(_dequantized(where, gguf_file, "target"))
+    return str(Path(where).expanduser().resolve()) if looks_like_path(where) else where
+
+
+def load_tokenizer(where: str):
+    """The tokenizer of a model folder or hub id."""
+    try:
+        return AutoTokenizer.from_pretrained(where)
+    except (OSError, ValueError) as exc:
+        raise RuntimeError(f"target: cannot load the tokenizer from {where}: {str(exc).splitlines()[0]}") from exc
+
+
 def pack_model(model, tokenizer) -> Files:
     """A model and its tokenizer as a Hugging Face folder, in bytes."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from db.rows import ChoiceRows
-from pipeline.autotune.tuning import drafter_path, pick_version, render, schedule_of
+from pipeline.autotune.choice_row import schedule_of, tree_of
+from pipeline.autotune.tuning import drafter_path, pick_version, render
 from pipeline.errors import UserError
 
 SCHEDULE = [(1, 8, 4), (9, 32, 2), (33, 256, 0)]
@@ -536,7 +537,7 @@ def test_transformers_settings_make_hf_assisted_generation_draft_the_tuned_depth
 
 
 def test_vllm_draws_drafts_as_the_stored_curve_did():
-    from pipeline.autotune.tuning import sampling_of
+    from pipeline.autotune.choice_row import sampling_of
 
     row = {"depth": 3, "schedule": None, "temperature": 0.7, "draft_sampling": "sampled"}
     sampled = render("vllm", schedule_of(row), model="/d", method="eagle3", draft_sampling=sampling_of(row))
@@ -562,20 +563,18 @@ def test_autotune_writes_the_tree_only_where_it_is_predicted_to_beat_the_chain(t
         "tree_chain_speedup": 1.2,
         "tree_all_batches": True,
     }
-    assert tune.tree_of(row) == [(0,), (1,), (0, 0)]
-    assert tune.tree_of({**row, "tree_all_batches": False}) is None  # larger batches chose smaller trees
-    assert tune.tree_of({**row, "tree_speedup": 1.1}) is None and tune.tree_of({**row, "tree": []}) is None
-    assert tune.tree_of({"depth": 2}) is None  # versions from before trees, and production versions
-    out = tune.render(
-        "sglang", tune.schedule_of(row), model="/m", method="eagle3", config_dir=tmp_path, tree=tune.tree_of(row)
-    )
+    assert tree_of(row) == [(0,), (1,), (0, 0)]
+    assert tree_of({**row, "tree_all_batches": False}) is None  # larger batches chose smaller trees
+    assert tree_of({**row, "tree_speedup": 1.1}) is None and tree_of({**row, "tree": []}) is None
+    assert tree_of({"depth": 2}) is None  # versions from before trees, and production versions
+    out = tune.render("sglang", schedule_of(row), model="/m", method="eagle3", config_dir=tmp_path, tree=tree_of(row))
     assert "--speculative-eagle-topk 2 --speculative-num-draft-tokens 4" in out.text
     chain = tune.render(
         "sglang",
-        tune.schedule_of(row),
+        schedule_of(row),
         model="/m",
         method="eagle3",
         config_dir=tmp_path,
-        tree=tune.tree_of({**row, "tree_speedup": 1.1}),
+        tree=tree_of({**row, "tree_speedup": 1.1}),
     )
     assert "--speculative-eagle-topk 1 --speculative-num-draft-tokens 3" in chain.text

@@ -1,0 +1,47 @@
+"""What `specfleet autotune` reads of a tuned config to print an engine config: the depth schedule,
+the draft tree (only where it is predicted to beat the chain) and the drafting rule at T > 0.
+
+The rows are the store's tuned configs (db/rows.tuned_config); `choice_row` gives the same fields
+straight from a depth choice, so a serving check (workers/jobs/serve_check.py) prints exactly what
+autotune would print for it, before any row exists.
+"""
+
+from __future__ import annotations
+
+from pipeline.core.contracts import Selected, serves_tree
+
+
+def sampling_of(row: dict) -> str | None:
+    """How the row's curve drew drafts, when that matters to the engine: at temperature > 0."""
+    return row.get("draft_sampling") if row.get("temperature", 0.0) > 0 else None
+
+
+def schedule_of(row: dict) -> list[tuple[int, int, int]]:
+    """The row's per-batch-size schedule, or its single depth for every batch size."""
+    if row.get("schedule"):
+        return [tuple(r) for r in row["schedule"]]
+    return [(1, 1, row["depth"])]
+
+
+def tree_of(row: dict):
+    """The row's draft tree when it is predicted to beat the chain it was compared with, else None."""
+    tree = row.get("tree")
+    if not serves_tree(tree, row.get("tree_speedup"), row.get("tree_chain_speedup"), row.get("tree_all_batches")):
+        return None
+    return [tuple(n) for n in tree]
+
+
+def choice_row(selected: Selected) -> dict:
+    """The fields of the tuned-config row a depth choice becomes (db/rows.tuned_config) that the
+    functions above read."""
+    tree = selected.tree
+    return {
+        "depth": selected.choice.depth,
+        "schedule": [list(r) for r in selected.schedule] if selected.schedule is not None else None,
+        "temperature": selected.temperature,
+        "draft_sampling": selected.draft_sampling,
+        "tree": [list(n) for n in tree.tree] if tree is not None else None,
+        "tree_speedup": tree.speedup if tree is not None else None,
+        "tree_chain_speedup": tree.chain_speedup if tree is not None else None,
+        "tree_all_batches": tree.all_batches if tree is not None else None,
+    }
