@@ -167,18 +167,19 @@ def cross_check(data: dict) -> list[tuple[tuple, str]]:
     resources = data.get("resources") if isinstance(data.get("resources"), dict) else {}
     timed = [
         resources.get(kind) if isinstance(resources.get(kind), dict) else {}
-        for kind in ("profile_cost", "measure_speedup")
+        for kind in ("profile_cost", "measure_speedup", "serve_check")
     ]
     placed = [(r.get("num_cpus", 1), r.get("num_gpus", 0), r.get("accelerator_type")) for r in timed]
-    if data.get("validation") is not None and placed[0] != placed[1]:
-        problems.append(
-            (
-                ("resources", "measure_speedup"),
-                f"give it what profile_cost has (num_cpus, num_gpus, "
-                f"accelerator_type = {placed[0]}, here {placed[1]}): the "
-                "engine's speed is compared with costs timed there",
+    for section, kind, here in (("validation", "measure_speedup", placed[1]), ("serving", "serve_check", placed[2])):
+        if data.get(section) is not None and placed[0] != here:
+            problems.append(
+                (
+                    ("resources", kind),
+                    f"give it what profile_cost has (num_cpus, num_gpus, "
+                    f"accelerator_type = {placed[0]}, here {here}): the "
+                    "engine's speed is compared with costs timed there",
+                )
             )
-        )
     return problems
 
 

@@ -175,7 +175,6 @@ KINDS: dict[str, JobKind] = {
             (*_DISPATCH, "workers.jobs.serve_check", "workers.serving.vllm_side"),
             "timed",
             _family_module,
-            Resources(num_cpus=2),
         ),
     )
 }

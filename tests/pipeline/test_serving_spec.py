@@ -62,7 +62,7 @@ def test_serve_check_jobs_follow_the_release_not_the_path(tmp_path):
     }
     assert set(dict(job.deps)) <= set(KINDS["serve_check"].inputs)
     assert job.config.validation.num_prompts == 8  # without a validation section, its defaults
-    assert job.num_cpus == 2 and job.config.num_cpus == 2
+    assert job.num_cpus == 1 and job.config.num_cpus == 1  # placed as profile_cost is by default
 
 
 def test_refusals_name_the_field(tmp_path):
@@ -84,3 +84,5 @@ def test_refusals_name_the_field(tmp_path):
     assert problem.startswith("serving: the serving check decodes greedily") and "list 0 first" in problem
     assert errors_of({"python": python, "engine": "sglang"})[0].startswith("serving.engine:")
     assert errors_of({"python": python, "tolerance": 1.5})[0].startswith("serving.tolerance:")
+    (problem,) = errors_of({"python": python}, resources={"serve_check": {"num_cpus": 2}})
+    assert problem.startswith("resources.serve_check: give it what profile_cost has")

@@ -50,8 +50,8 @@ def run(config: ServeCheckConfig, inputs: dict, *, num_gpus: float, progress) ->
     tokenizer = load_tokenizer(model)
     prompts = [p.tolist() for p in validation_prompts(tokenizer, evaluation, config.validation, config.seed)]
     batch_sizes = sorted(selected.batch_depths) if selected.batch_depths else [1]
-    # a batch larger than the held-out prompts repeats them
-    prompts = [prompts[i % len(prompts)] for i in range(max(batch_sizes))]
+    # every batch size decodes every prompt (b at a time); a batch larger than the prompts repeats them
+    prompts = [prompts[i % len(prompts)] for i in range(max(len(prompts), *batch_sizes))]
     new_tokens = config.validation.new_tokens or evaluation.continuation_len
     family = family_of(config.drafter.kind)
     row = choice_row(selected)

@@ -13,9 +13,9 @@ Request (JSON on standard input):
   overlapping per-batch-size schedule, a drafter folder that does not load) waits for `serve`.
 - {"mode": "serve", "model": PATH, "dtype": ..., "max_model_len": N, "seed": S,
   "speculative_config": null | {...}, "prompts": [[token ids], ...], "max_tokens": N, "batch_sizes":
-  [1, 4, ...]}: one engine started; after a warm-up, at each batch size b the first b prompts are
-  generated together, greedily, `max_tokens` new tokens each (end of sequence ignored, so every
-  run decodes the same number of tokens). Answer {"start_s": ..., "batches": [{"batch_size": b,
+  [1, 4, ...]}: one engine started; after a warm-up, at each batch size b every prompt is generated,
+  b at a time (a last group short of b is filled from the first prompts), greedily, `max_tokens` new
+  tokens each (end of sequence ignored, so every run decodes the same number of tokens). Answer {"start_s": ..., "batches": [{"batch_size": b,
   "seconds": ..., "tokens": ..., "outputs": [[ids], ...], "drafts": ..., "draft_tokens": ...,
   "accepted": ..., "accepted_per_pos": [...]}, ...]}, the counters being vLLM's spec-decode
   counters over that batch alone (zero without speculation).
@@ -93,10 +93,13 @@ def _serve(request: dict) -> dict:
     batches = []
     for size in request["batch_sizes"]:
         before = _counters(llm)
-        t = time.perf_counter()
-        outs = llm.generate(prompts[:size], params, use_tqdm=False)
-        seconds = time.perf_counter() - t
-        outputs = [list(o.outputs[0].token_ids) for o in outs]
+        outputs, seconds = [], 0.0
+        for start in range(0, len(prompts), size):  # every prompt, `size` at a time (the last group cycles)
+            group = [prompts[(start + j) % len(prompts)] for j in range(size)]
+            t = time.perf_counter()
+            outs = llm.generate(group, params, use_tqdm=False)
+            seconds += time.perf_counter() - t
+            outputs += [list(o.outputs[0].token_ids) for o in outs]
         batches.append(
             {
                 "batch_size": size,

@@ -126,9 +126,7 @@ def test_a_printed_config_that_serves_as_chosen_passes():
 )
 def test_each_failure_is_named(chosen_batches, sweep_seconds, hardware, problem):
     seconds = {1: (0.8, 1.5), 2: (0.6, 1.8), 3: (0.7, 2.2)} | (sweep_seconds or {})
-    chosen = _points(
-        _answer(*(_batch(b, s, k, **more) for b, s, k, more in chosen_batches)), [(1, 1, 2), (2, 256, 1)]
-    )
+    chosen = _points(_answer(*(_batch(b, s, k, **more) for b, s, k, more in chosen_batches)), [(1, 1, 2), (2, 256, 1)])
     check = serving_verdict(
         engine="vllm 0.32.0",
         speculative_config="x",
