@@ -15,10 +15,11 @@ Request (JSON on standard input):
   "speculative_config": null | {...}, "prompts": [[token ids], ...], "max_tokens": N, "batch_sizes":
   [1, 4, ...]}: one engine started; after a warm-up, at each batch size b every prompt is generated,
   b at a time (a last group short of b is filled from the first prompts), greedily, `max_tokens` new
-  tokens each (end of sequence ignored, so every run decodes the same number of tokens). Answer {"start_s": ..., "batches": [{"batch_size": b,
-  "seconds": ..., "tokens": ..., "outputs": [[ids], ...], "drafts": ..., "draft_tokens": ...,
-  "accepted": ..., "accepted_per_pos": [...]}, ...]}, the counters being vLLM's spec-decode
-  counters over that batch alone (zero without speculation).
+  tokens each (end of sequence ignored, so every run decodes the same number of tokens). Answer
+  {"start_s": ..., "batches": [{"batch_size": b, "seconds": ..., "tokens": ..., "outputs": [[ids],
+  ...], "drafts": ..., "draft_tokens": ..., "accepted": ..., "accepted_per_pos": [...]}, ...]}, the
+  counters being vLLM's spec-decode counters over that batch size's runs alone (zero without
+  speculation).
 
 The answer goes to the file named by the first argument (vLLM writes its logs to standard output
 and error). An engine that does not start raises, and the process exits non-zero; the caller reads
