@@ -55,14 +55,14 @@ def run(config: ServeCheckConfig, inputs: dict, *, num_gpus: float, progress) ->
     new_tokens = config.validation.new_tokens or evaluation.continuation_len
     family = family_of(config.drafter.kind)
     row = choice_row(selected)
-    runs = [(k, [(1, 1, k)]) for k in range(1, evaluation.max_depth + 1)]
+    constant = [[(1, 1, k)] for k in range(1, evaluation.max_depth + 1)]  # the sweep's schedules
     with tempfile.TemporaryDirectory(prefix="specfleet-serve-") as tmp:
         try:
             drafter = _drafter_folder(family, config, inputs, Path(tmp) / "drafter")
         except ValueError as exc:  # a variant no stock engine runs
             return Served(serving_check=None, refused=str(exc).splitlines()[0])
         emitted = _emit(schedule_of(row), drafter, family.method, serving.version, sampling_of(row), tree_of(row))
-        sweep_configs = [_emit([(1, 1, k)], drafter, family.method, serving.version, None, None) for k, _ in runs]
+        sweep_configs = [_emit(s, drafter, family.method, serving.version, None, None) for s in constant]
         refused = next((e for e in (emitted, *sweep_configs) if isinstance(e, str)), None)
         if refused is not None:
             return Served(serving_check=None, refused=refused)
@@ -92,7 +92,7 @@ def run(config: ServeCheckConfig, inputs: dict, *, num_gpus: float, progress) ->
         plain = served(None)
         predict = predictor(selected, curve, cost)
         sweep = list(served_points(plain, plain, schedule=[(1, 1, 0)], predict=predict, curve=curve))
-        for (_, schedule), emitted_k in zip(runs, sweep_configs):
+        for schedule, emitted_k in zip(constant, sweep_configs):
             answer = served(speculative_config(emitted_k.text))
             sweep += served_points(answer, plain, schedule=schedule, predict=predict, curve=curve)
         chosen_schedule = schedule_of(row)
