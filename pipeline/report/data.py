@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from pipeline.core.contracts import Measured, Profiled, Selected, Validated
+from pipeline.core.contracts import Measured, Profiled, Selected, Served, Validated
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.labels import shown
 from pipeline.errors import UserError
@@ -22,6 +22,7 @@ PAIRING_KINDS = {
     "profile_cost": "profiled",
     "select_depth": "selected",
     "measure_speedup": "validated",
+    "serve_check": "served",
 }
 
 
@@ -35,6 +36,7 @@ class PairingResults:
     profiled: Profiled | None = None
     selected: Selected | None = None
     validated: Validated | None = None
+    served: Served | None = None  # the serving engine's check (a spec with `serving:`)
     jobs: dict[str, dict] = field(default_factory=dict)  # kind -> job_hash, mlflow_run_id, duration_s, seed
 
     @property
@@ -123,7 +125,7 @@ def _pairings(jobs: list[dict], tuned: dict[str, dict]) -> list[PairingResults]:
         for key in ("curve_job_hash", "cost_job_hash"):
             if row and row.get(key) in by_hash:
                 _attach(pairing, by_hash[row[key]])
-    return [p for p in pairings.values() if p.measured or p.selected or p.validated]
+    return [p for p in pairings.values() if p.measured or p.selected or p.validated or p.served]
 
 
 def _attach(pairing: PairingResults, job: dict) -> None:

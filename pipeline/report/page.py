@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pipeline.core.intervals import BatchSpeedup, speedup_bands
 from pipeline.report import figures as fig
+from pipeline.report import served as srv
 from pipeline.report import tables as tab
 from pipeline.report.plots import plot_tree_check, plot_trees
 
@@ -167,6 +168,7 @@ def experiment_page(record, folder: Path) -> Page:
         with_hf = [p for p in validated if p.validated.speedup_check.hf_runs]
         if with_hf:
             page.table(tab.hf_table(with_hf))
+    _served(page, record, speedups)
     _drift_and_conditions(page, measured)
     _categories(page, [p for p in record.pairings if p.selected and p.selected.by_category and p.measured])
     _trees(page, record)
@@ -174,6 +176,33 @@ def experiment_page(record, folder: Path) -> Page:
         page.heading("Job times")
         page.table(tab.job_time_table(record))
     return page
+
+
+def _served(page: Page, record, speedups: dict) -> None:
+    """The serving engine's checks: what it refused, and per depth and batch size what it measured."""
+    served = [p for p in record.pairings if p.served]
+    if not served:
+        return
+    page.heading("Served by the serving engine")
+    for p in served:
+        if p.served.serving_check is None:
+            page.text(f"{p.label}: the engine cannot serve this drafter: {p.served.refused}")
+            continue
+        check = p.served.serving_check
+        verdict = "passed" if check.passed else "failed: " + "; ".join(check.problems)
+        page.text(f"{p.label} on {check.hardware}: {verdict}. Printed config: {check.speculative_config or '(none)'}")
+        for note in check.notes:
+            page.text(f"{p.label}: {note}")
+    checked = [p for p in served if p.served.serving_check is not None]
+    if checked:
+        page.table(srv.served_speedup_table(checked, speedups))
+        page.table(srv.served_acceptance_table([p for p in checked if p.measured]))
+        for p in checked:
+            page.figure(
+                f"{p.label}_served",
+                lambda path, p=p: srv.plot_served(p, speedups.get(p.label, []), path),
+                f"{p.label}: the serving engine's speedup and acceptance per position against specfleet's",
+            )
 
 
 def _trees(page: Page, record) -> None:

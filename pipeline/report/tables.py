@@ -38,7 +38,8 @@ class ReportTable:
         )
 
 
-def _ci(value: float, lo: float, hi: float) -> str:
+def ci_cell(value: float, lo: float, hi: float) -> str:
+    """A value with its interval, or the value alone where the interval is a point."""
     return f"{value:.3f} [{lo:.3f}, {hi:.3f}]" if (lo, hi) != (value, value) else f"{value:.3f}"
 
 
@@ -61,7 +62,7 @@ def tuned_table(record, speedups: dict[str, list[BatchSpeedup]]) -> ReportTable:
                 f"{r['temperature']:g}",
                 str(k),
                 schedule,
-                _ci(predicted.value[k], predicted.lo[k], predicted.hi[k]) if predicted else f"{r['speedup']:.3f}",
+                ci_cell(predicted.value[k], predicted.lo[k], predicted.hi[k]) if predicted else f"{r['speedup']:.3f}",
                 f"{check.measured_speedup[k]:.3f}" if check and k < len(check.measured_speedup) else "",
                 tree_label(r["tree"]) if r.get("tree") else "",
                 f"v{r['version']}" + ("" if r["active"] else " (replaced)"),
@@ -105,7 +106,7 @@ def accept_len_table(pairings) -> ReportTable:
                 p.label,
                 f"{curve.condition}, T={curve.temperature:g}",
                 *(
-                    _ci(band.value[k], band.lo[k], band.hi[k]) if k <= curve.max_depth else ""
+                    ci_cell(band.value[k], band.lo[k], band.hi[k]) if k <= curve.max_depth else ""
                     for k in range(1, depth + 1)
                 ),
             )
