@@ -3,6 +3,7 @@
 - pipeline/cli/experiments.py: validate, run, status
 - pipeline/cli/queries.py: best, speedups
 - pipeline/cli/autotune.py: autotune
+- pipeline/cli/serve.py: serve
 - pipeline/cli/results.py: drift, report, bench, fleet-sim
 """
 
@@ -14,7 +15,7 @@ import typer
 
 from db.errors import StoreError, one_line
 from db.secrets import mask_secrets
-from pipeline.cli import autotune, experiments, queries, results
+from pipeline.cli import autotune, experiments, queries, results, serve
 from pipeline.core.labels import shown
 from pipeline.errors import SpecError, UserError
 
@@ -25,6 +26,7 @@ app = typer.Typer(
 for command in (experiments.validate, experiments.run, queries.best, queries.speedups, experiments.status):
     app.command()(command)
 app.command()(autotune.autotune)
+app.command()(serve.serve)
 app.command()(results.drift)
 app.command()(results.report)
 app.command()(results.bench)

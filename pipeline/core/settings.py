@@ -10,7 +10,6 @@ Unknown keys are refused everywhere.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
@@ -310,19 +309,16 @@ class Serving(Strict):
         if not isinstance(value, dict) or value.get("version") is not None:
             return value  # already read (a stored job config), or malformed: the field checks say why
         python = value.get("python")
-        if python is None:
-            python = os.environ.get("SPECFLEET_VLLM_PYTHON") or ".venv-vllm/bin/python"
-        if not isinstance(python, str) or not python or len(python) > MAX_PATH:
+        if python is not None and (not isinstance(python, str) or not python or len(python) > MAX_PATH):
             return value
-        from workers.serving.vllm_engine import VllmError, vllm_version  # the standard library only
+        from workers.serving.vllm_engine import VllmError, engine_python, vllm_version  # the standard library only
 
-        path = Path(python).expanduser()
-        path = path if path.is_absolute() else Path.cwd() / path  # no resolve: a venv's python is a link
+        path = engine_python(python)
         try:
-            version = vllm_version(str(path))
+            version = vllm_version(path)
         except VllmError as exc:
             raise ValueError(f"python: {exc}") from None
-        return {**value, "python": str(path), "version": version}
+        return {**value, "python": path, "version": version}
 
 
 class Resources(Strict):

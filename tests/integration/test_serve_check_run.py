@@ -2,6 +2,9 @@
 with the config `specfleet autotune --engine vllm` prints for the choice, and a constant-depth
 sweep, at every profiled batch size; what it measured lands in the database, MLflow and
 `specfleet speedups`. A post-norm drafter, which no stock engine loads, is recorded as refused.
+Then the production loop: `specfleet serve` runs vLLM's OpenAI server with the tuned config,
+`specfleet autotune --from-metrics` re-tunes from that live server's /metrics, and serving again
+serves the stored production version.
 
 Timings on a shared 2-core machine are noise at this size: the verdict's timing part is not held
 here (tests/pipeline/core/test_serving_verdict.py holds the rule), only what the engine ran.
@@ -11,6 +14,11 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
 
 import pytest
 import yaml
@@ -123,3 +131,93 @@ def test_speedups_shows_the_serving_check_and_its_rows(served_run):
     assert shown.returncode == 0, shown.stderr
     assert "t0/pre served by vllm 0.32.0" in shown.stdout and "verdict: " in shown.stdout
     assert "printed config: --speculative-config" in shown.stdout
+
+
+def _serving(run, *args: str) -> tuple[subprocess.Popen, str]:
+    """`specfleet serve` for t0/pre on a free port, and its URL once vLLM answers."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "serve", "--target", "t0", "--drafter", "pre", "--port", "0"]
+        + ["--python", vllm_python(), "--cpu-threads", "2", "--kv-cache-gib", "1", *args],
+        cwd=run,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = server.stdout.readline().strip()  # written once the server answers /health
+    if not url:
+        server.wait(timeout=60)
+        pytest.fail(f"specfleet serve did not come up: {server.stderr.read()[-2000:]}")
+    return server, url
+
+
+def _complete(url: str, n: int) -> None:
+    for i in range(n):
+        body = json.dumps({"model": "t0", "prompt": f"def f{i}(x):", "max_tokens": 24, "temperature": 0}).encode()
+        request = urllib.request.Request(f"{url}/v1/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            assert answer.status == 200 and json.load(answer)["choices"][0]["text"] is not None
+
+
+def _stop(server: subprocess.Popen, url: str) -> str:
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=60)
+    with pytest.raises(urllib.error.URLError):  # vLLM went with it
+        urllib.request.urlopen(f"{url}/health", timeout=5)
+    return server.stderr.read()
+
+
+def _drafted_per_draft(url: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        page = answer.read().decode()
+    total = {
+        name: sum(float(line.split()[-1]) for line in page.splitlines() if line.startswith(f"vllm:{name}_total{{"))
+        for name in ("spec_decode_num_draft_tokens", "spec_decode_num_drafts")
+    }
+    return total["spec_decode_num_draft_tokens"] / total["spec_decode_num_drafts"]
+
+
+def test_the_production_loop_serves_retunes_from_live_metrics_and_serves_again(served_run):
+    with Store(f"sqlite:///{served_run / '.specfleet' / 'specfleet.db'}") as store:
+        (offline,) = store.best(target="t0", drafter="pre")
+    server, url = _serving(served_run)
+    try:
+        _complete(url, 6)
+        assert _drafted_per_draft(url) == offline["depth"]  # the tuned depth at batch size 1
+        drafter = json.loads(
+            shlex.split(
+                specfleet("autotune", "--engine", "vllm", "--target", "t0", "--drafter", "pre", cwd=served_run).stdout
+            )[1]
+        )["model"]
+        retuned = specfleet(
+            "autotune",
+            "--engine",
+            "vllm",
+            "--engine-version",
+            "0.32.0",
+            "--from-metrics",
+            f"{url}/metrics",
+            "--drafter",
+            "pre",
+            "--drafter-path",
+            drafter,
+            "--cost-ratio",
+            "0.01",
+            cwd=served_run,
+        )
+    finally:
+        log = _stop(server, url)
+    assert f"offline v{offline['version']}, condition default" in log and "serving t0 at http://127.0.0.1:" in log
+    assert retuned.returncode == 0, retuned.stderr
+    with Store(f"sqlite:///{served_run / '.specfleet' / 'specfleet.db'}") as store:
+        (production,) = [r for r in store.best(target="t0", drafter="pre") if r["source"] == "production"]
+    assert production["condition"] == "production" and production["created_at"] > offline["created_at"]
+    assert f"stored production version {production['version']}" in retuned.stderr
+
+    # served again: the production version is the active one, and vLLM drafts its depth
+    server, url = _serving(served_run)
+    try:
+        _complete(url, 3)
+        ran = _drafted_per_draft(url) if production["depth"] else 0.0
+    finally:
+        log = _stop(server, url)
+    assert f"production v{production['version']}, condition production" in log and ran == production["depth"]

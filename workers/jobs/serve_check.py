@@ -12,8 +12,6 @@ came back. A drafter the engine cannot load is recorded as refused, with why, an
 
 from __future__ import annotations
 
-import json
-import shlex
 import tempfile
 from pathlib import Path
 
@@ -26,15 +24,7 @@ from workers.drafters.registry import family_of
 from workers.measure.speedup import validation_prompts
 from workers.models.loading import load_tokenizer, served_folder
 from workers.runtime.device import hardware_id, pick_device, pick_dtype
-from workers.serving.vllm_engine import serve
-
-
-def speculative_config(text: str) -> dict:
-    """The JSON of a printed `--speculative-config '...'` (the only flag the check passes on)."""
-    argv = shlex.split(text)
-    if len(argv) != 2 or argv[0] != "--speculative-config":
-        raise ValueError(f"the printed config is not one --speculative-config: {text}")
-    return json.loads(argv[1])
+from workers.serving.vllm_engine import serve, speculative_config
 
 
 def run(config: ServeCheckConfig, inputs: dict, *, num_gpus: float, progress) -> Served:

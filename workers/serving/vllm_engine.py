@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import tempfile
@@ -34,6 +35,23 @@ _ERROR = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
 
 class VllmError(RuntimeError):
     """One line: what vLLM refused, in its own words."""
+
+
+def speculative_config(text: str) -> dict:
+    """The JSON of a printed `--speculative-config '...'` (what `specfleet autotune --engine vllm`
+    prints, and the one flag specfleet passes on to the engine)."""
+    argv = shlex.split(text)
+    if len(argv) != 2 or argv[0] != "--speculative-config":
+        raise ValueError(f"the printed config is not one --speculative-config: {text}")
+    return json.loads(argv[1])
+
+
+def engine_python(python: str | None) -> str:
+    """The vLLM environment's Python as an absolute path: `python`, else $SPECFLEET_VLLM_PYTHON, else
+    .venv-vllm/bin/python (what `make vllm` builds), relative ones against the working directory
+    (not resolved: a virtual environment's python is a link, and the link is what makes it one)."""
+    path = Path(python or os.environ.get("SPECFLEET_VLLM_PYTHON") or ".venv-vllm/bin/python").expanduser()
+    return str(path if path.is_absolute() else Path.cwd() / path)
 
 
 def vllm_version(python: str, *, timeout_s: float = 120) -> str:
@@ -69,12 +87,7 @@ def serve(
     """Start vLLM on `model` with `speculative_config` (None: no speculation), generate greedily at
     each batch size, and return vllm_side.py's answer (seconds, outputs and spec-decode counters
     per batch size). `cpu_threads`: run on the CPU backend bound to cores 0..cpu_threads-1."""
-    env = {}
-    if cpu_threads is not None:
-        env = {
-            "VLLM_CPU_OMP_THREADS_BIND": f"0-{max(cpu_threads, 1) - 1}",
-            "VLLM_CPU_KVCACHE_SPACE": f"{kv_cache_gib:g}",
-        }
+    env = cpu_env(cpu_threads, kv_cache_gib) if cpu_threads is not None else {}
     request = {
         "mode": "serve",
         "model": model,
@@ -88,6 +101,11 @@ def serve(
         "enforce_eager": cpu_threads is not None,
     }
     return _side(python, request, timeout_s=timeout_s, env=env)
+
+
+def cpu_env(cpu_threads: int, kv_cache_gib: float) -> dict:
+    """The CPU backend's settings: bound to cores 0..cpu_threads-1, a KV cache of kv_cache_gib GiB."""
+    return {"VLLM_CPU_OMP_THREADS_BIND": f"0-{max(cpu_threads, 1) - 1}", "VLLM_CPU_KVCACHE_SPACE": f"{kv_cache_gib:g}"}
 
 
 def _side(python: str, request: dict, *, timeout_s: float, env: dict) -> dict:
