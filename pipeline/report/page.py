@@ -197,6 +197,7 @@ def _served(page: Page, record, speedups: dict) -> None:
     if checked:
         page.table(srv.served_speedup_table(checked, speedups))
         page.table(srv.served_acceptance_table([p for p in checked if p.measured]))
+        page.table(srv.cost_source_table(checked))
         for p in checked:
             page.figure(
                 f"{p.label}_served",

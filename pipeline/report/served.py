@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.core.engine_costs import cost_comparison
 from pipeline.report.figures import LEVEL, bands_of
 from pipeline.report.plots import integer_depths, pyplot, save_figure
 from pipeline.report.tables import ReportTable, ci_cell
@@ -174,3 +175,29 @@ def plot_served(pairing, speedups, path: str | Path) -> Path:
     right.legend(fontsize=7)
     integer_depths([left, right])
     return save_figure(fig, path, f"{pairing.label} served by {check.engine} on {check.hardware}")
+
+
+def cost_source_table(pairings) -> ReportTable:
+    """Per batch size, the iteration cost by depth as specfleet timed it and as the serving engine's
+    clock shows it (pipeline/core/engine_costs.py), the depth each source chooses with specfleet's
+    curve, and each choice's share of the engine's fastest depth."""
+    rows, depth = [], 0
+    for p in pairings:
+        for cmp in cost_comparison(p.served.serving_check):
+            depth = max(depth, len(cmp.depths))
+            rows.append(
+                (
+                    p.label,
+                    str(cmp.batch_size),
+                    *(f"{o:.2f} / {e:.2f}" for o, e in zip(cmp.ours, cmp.engine)),
+                    f"k={cmp.ours_depth}: {cmp.ours_share:.1%}",
+                    f"k={cmp.engine_depth}: {cmp.engine_share:.1%}",
+                )
+            )
+    rows = [(*r[:2], *r[2:-2], *([""] * (depth - len(r) + 4)), *r[-2:]) for r in rows]
+    return ReportTable(
+        "Iteration cost relative to plain decoding, specfleet's timed passes / the serving engine's clock; "
+        "the depth each cost source chooses with specfleet's curve, and its share of the engine's fastest",
+        ("pairing", "batch", *(f"k={k}" for k in range(depth)), "specfleet's costs", "the engine's costs"),
+        tuple(rows),
+    )

@@ -9,7 +9,7 @@ from pipeline.core.intervals import Band, BatchSpeedup
 from pipeline.core.types import Curve
 from pipeline.report.data import ExperimentRecord, PairingResults
 from pipeline.report.page import experiment_page
-from pipeline.report.served import plot_served, served_acceptance_table, served_speedup_table
+from pipeline.report.served import cost_source_table, plot_served, served_acceptance_table, served_speedup_table
 
 CURVE = Curve("template+bos", 0.0, 40, (0.8, 0.6, 0.5), (0.8, 0.48, 0.24), (1.0, 1.8, 2.28, 2.52))
 # four prompts of ten chains: survival[1] 0.9/0.7/0.8/0.8, survival[2] 0.6/0.4/0.5/0.42, survival[3] 0.3/0.2/0.2/0.26
@@ -82,6 +82,16 @@ def test_the_sweep_sits_beside_the_prediction_and_the_printed_config_shows_its_s
     assert rows[("1", "printed (k=2)")][5] == "1.240, 95.4% of the fastest"
     assert rows[("4", "printed (k=1)")][5] == "1.150, 100.0% of the fastest"
     assert rows[("1", "3")][8].startswith("2.520 [")  # specfleet's accept_len with its interval
+
+
+def test_the_cost_sources_sit_side_by_side_with_what_each_chooses():
+    table = cost_source_table([_pairing(c.Served(serving_check=_check()))])
+    one, four = table.rows
+    assert table.header[-2:] == ("specfleet's costs", "the engine's costs") and len(one) == len(table.header)
+    # k=1 at batch size 1: specfleet 1.8 / 1.5, the engine 1.79 / 1.3
+    assert one[:4] == ("smol/eagle", "1", "1.00 / 1.00", "1.20 / 1.38")
+    assert one[-2:] == ("k=2: 96.2%", "k=2: 96.2%")  # 2.28 / (1.99 / 1.25) beats 1.8 / (1.79 / 1.3)
+    assert four[-2:] == ("k=1: 100.0%", "k=1: 100.0%")
 
 
 def test_the_page_says_what_was_refused_and_draws_what_was_served(tmp_path):
