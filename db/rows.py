@@ -202,6 +202,7 @@ def tuned_config(
         "cost_model": choice.cost_model,
         "pass_cost": list(selected.pass_cost) if selected.pass_cost is not None else None,
         "draft_sampling": selected.draft_sampling,
+        "timed_by": selected.timed_by,
         **(
             {}
             if selected.tree is None

@@ -284,11 +284,13 @@ class Store(Reports):
         cost_model: str | None = None,
         pass_cost: list[float] | None = None,
         draft_sampling: str | None = None,
+        timed_by: str | None = None,
     ) -> int:
         """Add a version measured in production (no job); it becomes the workload's active one.
 
         ``decode_accept_len``, ``cost_model`` and ``pass_cost`` say what the choice maximised
-        and how it costed a pass, as for offline versions. Returns its version number. Bad
+        and how it costed a pass, as for offline versions, and ``timed_by`` whose clock timed
+        the costs (None: a given cost ratio). Returns its version number. Bad
         values raise StoreError and write nothing.
         """
         given = dict(locals())

@@ -353,6 +353,9 @@ class TunedConfig(Base):
     # at temperature > 0, how the curve's drafts were drawn and verified: "sampled" (from q) or
     # "greedy" (argmax, q one-hot); None: not recorded (production versions, older rows)
     draft_sampling: Mapped[str | None] = mapped_column(String(TAG_LEN))
+    # whose clock timed the costs the choice used: "specfleet" (its own engine) or a serving engine
+    # and its release ("vllm 0.32.0"); None: not recorded (production versions, older rows)
+    timed_by: Mapped[str | None] = mapped_column(String(TAG_LEN))
     # the draft tree chosen at batch size 1, as JSON [[ranks...], ...] (pipeline/core/trees.py), a
     # decoder's tokens per target pass with it, its predicted speedup, and the predicted speedup of the
     # chain at `depth` under the same tree cost model; None: no tree was chosen

@@ -86,6 +86,7 @@ _TUNED_TEXT = {
     "curve_job_hash": (HASH_LEN, False),
     "cost_job_hash": (HASH_LEN, False),
     "drafter_job_hash": (HASH_LEN, False),
+    "timed_by": (TAG_LEN, False),
 }
 # Tuned-config values besides TUNED_KEYS: the optional keys and production notes.
 _TUNED_COLUMNS = (*TUNED_OPTIONAL_KEYS, "notes")

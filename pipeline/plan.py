@@ -112,14 +112,18 @@ def build_plan(
             )
         models = {"target": ref, "drafter": drafter}
         curve = add("measure_curve", f"measure_curve {pair}", {**models, "evaluation": evaluation}, inputs, t, d)
-        cost = add(
-            "profile_cost",
-            f"profile_cost {pair}",
-            {**models, "cost": timing, "max_depth": evaluation.max_depth},
-            inputs,
-            t,
-            d,
-        )
+        if spec.cost.timed_by == "vllm":  # the serving engine's own clock
+            engine = {"evaluation": evaluation, "validation": spec.validation or Validation(), "serving": spec.serving}
+            cost = add("engine_cost", f"engine_cost {pair}", {**models, **engine, "cost": timing}, inputs, t, d)
+        else:
+            cost = add(
+                "profile_cost",
+                f"profile_cost {pair}",
+                {**models, "cost": timing, "max_depth": evaluation.max_depth},
+                inputs,
+                t,
+                d,
+            )
         depth = add(
             "select_depth",
             f"select_depth {pair}",

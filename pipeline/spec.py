@@ -164,14 +164,22 @@ def cross_check(data: dict) -> list[tuple[tuple, str]]:
                     "chosen for a noise condition; list a prompt condition first",
                 )
             )
+    cost = data.get("cost") if isinstance(data.get("cost"), dict) else {}
+    by_engine = cost.get("timed_by") == "vllm"
+    if by_engine and serving is None:
+        problems.append((("cost", "timed_by"), "vllm times costs in the engine a `serving:` section names; add one"))
     resources = data.get("resources") if isinstance(data.get("resources"), dict) else {}
     timed = [
         resources.get(kind) if isinstance(resources.get(kind), dict) else {}
-        for kind in ("profile_cost", "measure_speedup", "serve_check")
+        for kind in ("profile_cost", "measure_speedup", "serve_check", "engine_cost")
     ]
     placed = [(r.get("num_cpus", 1), r.get("num_gpus", 0), r.get("accelerator_type")) for r in timed]
-    for section, kind, here in (("validation", "measure_speedup", placed[1]), ("serving", "serve_check", placed[2])):
-        if data.get(section) is not None and placed[0] != here:
+    for section, kind, here in (
+        ("validation", "measure_speedup", placed[1]),
+        ("serving", "serve_check", placed[2]),
+        ("serving", "engine_cost", placed[3]),
+    ):
+        if data.get(section) is not None and (kind != "engine_cost" or by_engine) and placed[0] != here:
             problems.append(
                 (
                     ("resources", kind),

@@ -337,6 +337,7 @@ def from_metrics(
         decode_accept_len=choice.decode_accept_len,
         cost_model=choice.cost_model,
         pass_cost=list(pass_cost) if pass_cost is not None else None,
+        timed_by=None if given_ratio else offline[0].get("timed_by"),
         schedule=[list(r) for r in schedule] if schedule else None,
         notes=f"from {int(counters.num_drafts)} verified drafts of {len(curve.survival)} positions; {cost_note}; "
         f"{schedule_note}",
@@ -359,6 +360,7 @@ def _batch_schedule(store, offline: dict, curve, depth: int) -> tuple[list | Non
     from pipeline.core.schedule import schedule_from_choices
     from pipeline.run.record import finished
 
+    # the cost job's result (profile_cost, or engine_cost where the serving engine timed it: both Profiled)
     profiled = finished(store, "profile_cost", offline["cost_job_hash"]) if offline.get("cost_job_hash") else None
     cost = profiled.cost if profiled is not None else None
     if cost is None or not cost.draft_ms_by_batch:

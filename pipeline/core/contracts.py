@@ -151,6 +151,24 @@ class ServeCheckConfig(JobConfig):
     unhashed: ClassVar[dict] = {"evaluation": {"prompts": {"path"}}, "serving": {"python"}}
 
 
+class EngineCostConfig(JobConfig):
+    """A pairing's costs timed by the serving engine itself: the held-out prompts of the speedup
+    check decoded at every constant depth and profiled batch size (workers/jobs/engine_cost.py)."""
+
+    target: TargetRef
+    drafter: DrafterSpec
+    evaluation: Evaluation
+    validation: Validation
+    cost: CostTiming
+    serving: Serving
+    device: str
+    num_cpus: float
+    num_gpus: float
+    accelerator_type: str | None = None
+    worker: WorkerEnv | None = None
+    unhashed: ClassVar[dict] = {"evaluation": {"prompts": {"path"}}, "serving": {"python"}}
+
+
 # -- results --------------------------------------------------------------------------------------
 
 
@@ -316,6 +334,7 @@ class Selected(Contract):
     draft_sampling: Literal["sampled", "greedy"] = "sampled"  # at T > 0, the drafting rule the curve assumed
     by_category: tuple[CategoryChoice, ...] = ()  # with a categorised prompts file: the batch-1 depth per category
     tree: TreeChoice | None = None  # with ranks measured and tree passes timed
+    timed_by: str = "specfleet"  # whose clock timed the costs the choice used (CostProfile.timed_by)
 
 
 class HFRun(Contract):

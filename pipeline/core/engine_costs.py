@@ -1,5 +1,5 @@
-"""Two cost sources for one depth choice, compared on a serving check's sweep: specfleet's timed
-passes (what the choice used) against the serving engine's own clock.
+"""The serving engine's clock as a cost table, and two cost sources for one depth choice compared on
+a serving check's sweep: specfleet's timed passes (what the choice used) against the engine's.
 
 An engine iteration at depth k emits accept_len(k) tokens per sequence, so over the same number of
 generated tokens (every sweep run decodes the same prompts to the same length) its cost relative to
@@ -17,6 +17,8 @@ time includes its prefill and scheduling, spread over the iterations: what servi
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from pipeline.core.types import CostProfile
 
 
 @dataclass(frozen=True)
@@ -59,3 +61,35 @@ def cost_comparison(check) -> list[CostComparison]:
             )
         )
     return out
+
+
+def iteration_ms(batch: dict) -> float:
+    """One engine iteration's time in one batch size's runs of an engine answer
+    (workers/serving/vllm_side.py): every sequence gains accept_len tokens an iteration, so the
+    iterations are tokens / (batch size x accept_len)."""
+    accept_len = 1.0 + batch["accepted"] / batch["drafts"] if batch["drafts"] else 1.0
+    return 1000.0 * batch["seconds"] * batch["batch_size"] * accept_len / batch["tokens"]
+
+
+def engine_cost_profile(answers: list[dict], *, hardware: str, timed_by: str) -> CostProfile:
+    """A cost table from the serving engine's answers at every constant depth k = 0..K (answers[k]),
+    each at the same batch sizes: whole iterations, since the engine times nothing apart. A depth
+    per batch size then follows from verify_ms_by_batch[b][k] = the iteration at depth k with no
+    separate draft time (speedup = accept_len(k) x t(0) / t(k)); at batch size 1 pass_ms is the
+    same iteration (the timed cost model). draft_ms is the iteration's growth per drafted
+    position at batch size 1 (what a `k c + 1` model would use), kept positive."""
+    sizes = [b["batch_size"] for b in answers[0]["batches"]]
+    table = [[iteration_ms(a["batches"][i]) for a in answers] for i in range(len(sizes))]
+    one = table[sizes.index(1)]
+    depth = len(one) - 1
+    return CostProfile(
+        hardware=hardware,
+        draft_ms=max((one[-1] - one[0]) / max(depth, 1), 1e-3 * one[0]),
+        decode_ms=one[0],
+        verify_ms=one[-1],
+        batch_sizes=tuple(sizes),
+        draft_ms_by_batch=tuple(0.0 for _ in sizes),
+        verify_ms_by_batch=tuple(tuple(row) for row in table),
+        pass_ms=tuple(one),
+        timed_by=timed_by,
+    )

@@ -22,6 +22,8 @@ select_depth in pipeline/core/select.py, and is recorded by pipeline/run/record.
 - profile_cost (target, drafter) -> Profiled: a CostProfile;
 - select_depth (curve, cost) -> Selected: the choice, its cost model, the schedule;
 - measure_speedup (target, drafter, depth) -> Validated: the engine benchmark and its verdict;
+- engine_cost (target, drafter) -> Profiled: the same, timed by the serving engine itself (with
+  `cost.timed_by: vllm`, in place of profile_cost);
 - serve_check (target, drafter, curve, cost, depth) -> Served: a real serving engine (vLLM) serving
   the printed config and a depth sweep per batch size, and its verdict.
 What of a job's resources changes its result (`placement`): nothing (select_depth), the device
@@ -142,6 +144,16 @@ KINDS: dict[str, JobKind] = {
             (*_DISPATCH, "workers.jobs.profile_cost"),
             "timed",
             _family_module,
+        ),
+        JobKind(
+            "engine_cost",
+            c.EngineCostConfig,
+            c.Profiled,
+            {"target": c.Trained, "drafter": c.Trained},
+            "workers.jobs.engine_cost:run",
+            "pipeline.run.record:record_profiled",
+            (*_DISPATCH, "workers.jobs.engine_cost", "workers.serving.vllm_side"),
+            "timed",
         ),
         JobKind(
             "select_depth",

@@ -46,6 +46,7 @@ def run(config: SelectDepthConfig, inputs: dict, *, num_gpus: float, progress) -
     return Selected(
         choice=choice,
         hardware=cost.hardware,
+        timed_by=cost.timed_by,
         condition=curve.condition,
         temperature=curve.temperature,
         pass_cost=pass_cost,

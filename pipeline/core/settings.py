@@ -238,6 +238,11 @@ class Cost(CostTiming):
 
     cost_ratio: float | None = Field(None, gt=0, le=1000, description="override the measured draft/decode ratio")
     max_batch_size: int = Count(256, le=MAX_BATCH, description="the per-batch-size schedule covers 1..max_batch_size")
+    timed_by: Literal["specfleet", "vllm"] = Field(
+        "specfleet",
+        description="whose clock the depth choice uses: specfleet's engine (profile_cost), or the serving "
+        "engine of the `serving:` section (engine_cost: its iterations timed at every depth and batch size)",
+    )
 
     @model_validator(mode="after")
     def _batches(self):

@@ -71,6 +71,9 @@ class CostProfile:
     # one iteration of the tree engine at batch size 1 drafting the chain of depth D as a tree, per
     # D = 0..max_depth: what a tree of that depth costs besides its width
     tree_pass_ms: tuple[float, ...] = ()
+    # whose clock timed it: "specfleet" (its own engine, the profile_cost job) or a serving engine
+    # and its release, "vllm 0.32.0" (the engine_cost job: whole engine iterations, nothing apart)
+    timed_by: str = "specfleet"
 
     @property
     def cost_ratio(self) -> float:

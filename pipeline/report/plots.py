@@ -95,7 +95,9 @@ def best_table(rows: list[dict], *, versioned: bool) -> Table:
     table = Table(title="best depth per pairing")
     cols = ("target", "drafter", "hardware", "depth", "accept_len", "speedup", "cost_ratio")
     trees = any(r.get("tree") for r in rows)
-    for col in cols + (("tree", "tree vs chain") if trees else ()) + (("version", "source") if versioned else ()):
+    engine_timed = any(r.get("timed_by") not in (None, "specfleet") for r in rows)  # a serving engine's clock
+    extra = (("tree", "tree vs chain") if trees else ()) + (("costs timed by",) if engine_timed else ())
+    for col in cols + extra + (("version", "source") if versioned else ()):
         table.add_column(col, justify="right" if col in ("depth", "accept_len", "speedup", "cost_ratio") else "left")
     for r in rows:
         cells = [
@@ -109,6 +111,8 @@ def best_table(rows: list[dict], *, versioned: bool) -> Table:
         ]
         if trees:
             cells += [tree_label(r["tree"]) if r.get("tree") else "-", _tree_gain(r) if r.get("tree") else "-"]
+        if engine_timed:
+            cells.append(r.get("timed_by") or "-")
         if versioned:
             cells += [f"v{r['version']}" + ("" if r["active"] else " (old)"), r["source"]]
         table.add_row(*cells)

@@ -58,6 +58,7 @@ def tuned_table(record, speedups: dict[str, list[BatchSpeedup]]) -> ReportTable:
             (
                 label,
                 r["hardware"],
+                r.get("timed_by") or "",
                 r["condition"],
                 f"{r['temperature']:g}",
                 str(k),
@@ -77,6 +78,7 @@ def tuned_table(record, speedups: dict[str, list[BatchSpeedup]]) -> ReportTable:
         (
             "pairing",
             "hardware",
+            "costs timed by",
             "condition",
             "T",
             "depth",

@@ -49,6 +49,7 @@ VERSION_KEYS = {
     "cost_model",
     "pass_cost",
     "draft_sampling",
+    "timed_by",
     "tree",
     "tree_decode_accept_len",
     "tree_speedup",

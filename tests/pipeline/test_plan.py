@@ -131,8 +131,10 @@ def test_every_job_carries_its_kinds_typed_config(tmp_path):
     data["drafters"][1]["train"]["corpus"] = "regenerated"
     data["serving"] = {"python": fake_vllm_python(tmp_path)}
     plan = plan_of(data)
-    assert {j.kind for j in plan.jobs} == set(KINDS)
-    for job in plan.jobs:
+    engine_timed = plan_of({**data, "cost": {**data.get("cost", {}), "timed_by": "vllm"}})
+    assert {j.kind for j in plan.jobs} == set(KINDS) - {"engine_cost"}  # costs timed by specfleet
+    assert {j.kind for j in engine_timed.jobs} == set(KINDS) - {"profile_cost"}  # by the serving engine
+    for job in plan.jobs + engine_timed.jobs:
         assert type(job.config) is KINDS[job.kind].config
         assert {name for name, _ in job.deps} <= set(KINDS[job.kind].inputs)
 

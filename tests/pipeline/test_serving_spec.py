@@ -86,3 +86,34 @@ def test_refusals_name_the_field(tmp_path):
     assert errors_of({"python": python, "tolerance": 1.5})[0].startswith("serving.tolerance:")
     (problem,) = errors_of({"python": python}, resources={"serve_check": {"num_cpus": 2}})
     assert problem.startswith("resources.serve_check: give it what profile_cost has")
+
+
+def test_costs_timed_by_vllm_replace_profile_cost_with_engine_cost(tmp_path):
+    python = fake_vllm_python(tmp_path)
+    timed = {"timed_by": "vllm", "batch_sizes": [1, 4]}
+    plan = build_plan(spec_with({"python": python}, cost=timed), "v1")
+    kinds = {j.name: j.kind for j in plan.jobs}
+    assert "engine_cost t/pre" in kinds and "profile_cost t/pre" not in kinds
+    by_hash = plan.by_hash()
+    for kind in ("select_depth", "serve_check"):
+        (job,) = [j for j in plan.jobs if j.kind == kind]
+        assert by_hash[dict(job.deps)["cost"]].kind == "engine_cost"
+    (engine,) = [j for j in plan.jobs if j.kind == "engine_cost"]
+    assert engine.config.cost.batch_sizes == [1, 4] and engine.config.serving.version == "0.32.0"
+    assert set(dict(engine.deps)) == {"target", "drafter"}
+    # the default keeps specfleet's own clock
+    assert "profile_cost t/pre" in {j.name for j in build_plan(spec_with({"python": python}), "v1").jobs}
+
+
+def test_costs_timed_by_vllm_need_a_serving_engine_placed_as_the_others(tmp_path):
+    with pytest.raises(SpecError) as info:
+        parse_spec(yaml.safe_dump({**BASE, "cost": {"timed_by": "vllm"}}), "s.yaml")
+    assert info.value.messages == [
+        "cost.timed_by: vllm times costs in the engine a `serving:` section names; add one (line 2)"
+    ]
+    python = fake_vllm_python(tmp_path)
+    resources = {"profile_cost": {"num_cpus": 2}, "serve_check": {"num_cpus": 2}, "engine_cost": {"num_cpus": 1}}
+    (problem,) = errors_of({"python": python}, cost={"timed_by": "vllm"}, resources=resources)
+    assert problem.startswith("resources.engine_cost: give it what profile_cost has")
+    with pytest.raises(SpecError):
+        spec_with({"python": python}, cost={"timed_by": "hf"})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.core import contracts as c
-from pipeline.core.engine_costs import cost_comparison
+from pipeline.core.engine_costs import cost_comparison, engine_cost_profile, iteration_ms
 
 CURVE = (1.0, 1.8, 2.3, 2.5)  # specfleet's tokens per pass at k = 0..3
 
@@ -79,3 +79,39 @@ def test_each_batch_size_is_compared_on_its_own_and_a_depth_the_sweep_missed_is_
     cmps = cost_comparison(_check(sweep, chosen))
     assert [x.batch_size for x in cmps] == [1]
     assert cmps[0].engine_depth == 2 and cmps[0].ours_share == cmps[0].engine_share == 1.0
+
+
+def _batch(b: int, seconds: float, k: int, accepted_share: float = 0.5) -> dict:
+    """An engine answer's batch: 30 tokens per sequence; at depth k each draft accepts a share of k."""
+    tokens = 30 * b
+    accept_len = 1 + accepted_share * k
+    drafts = round(tokens / accept_len) if k else 0
+    return {
+        "batch_size": b,
+        "seconds": seconds,
+        "tokens": tokens,
+        "drafts": drafts,
+        "draft_tokens": drafts * k,
+        "accepted": round((accept_len - 1) * drafts),
+    }
+
+
+def test_the_engines_clock_becomes_a_cost_table_of_whole_iterations():
+    # plain: 30 tokens in 1 s at batch size 1 (33.3 ms an iteration); 8 sequences in 2 s at batch 8
+    answers = [
+        {"batches": [_batch(1, 1.0, 0), _batch(8, 2.0, 0)]},
+        {"batches": [_batch(1, 0.8, 1), _batch(8, 2.4, 1)]},
+        {"batches": [_batch(1, 0.75, 2), _batch(8, 3.2, 2)]},
+    ]
+    cost = engine_cost_profile(answers, hardware="cpu 2t x1 float32", timed_by="vllm 0.32.0")
+    assert cost.timed_by == "vllm 0.32.0" and cost.batch_sizes == (1, 8)
+    assert iteration_ms(answers[0]["batches"][0]) == pytest.approx(1000 / 30)
+    # depth 1 accepts 1.5 tokens an iteration: 30 / 1.5 = 20 iterations in 0.8 s
+    assert cost.pass_ms[1] == pytest.approx(40.0)
+    assert cost.pass_ms == cost.verify_ms_by_batch[0] and cost.decode_ms == cost.pass_ms[0]
+    assert cost.draft_ms_by_batch == (0.0, 0.0) and cost.draft_ms > 0
+    # the depth choice's batch-size model on it is the engine's own measured speedup
+    from pipeline.core.choice import batch_speedup
+
+    speedups = batch_speedup((1.0, 1.5, 2.0), draft_ms=0.0, verify_ms=cost.verify_ms_by_batch[1])
+    assert speedups == pytest.approx([1.0, 2.0 / 2.4, 2.0 / 3.2], rel=1e-3)
