@@ -122,15 +122,22 @@ def diagnostic_rows(target: str, drafter: str, diagnostics: Iterable) -> list[di
     ]
 
 
+def _measured_on(target: str, drafter: str, check) -> dict:
+    """What places an engine's speedup point: the pairing, the hardware, the curve it checks."""
+    return {
+        "target": target,
+        "drafter": drafter,
+        "hardware": check.hardware,
+        "condition": check.condition,
+        "temperature": check.temperature,
+    }
+
+
 def speedup_rows(target: str, drafter: str, check) -> list[dict]:
     """One row per depth k = 0..max_depth of an engine benchmark."""
     return [
         {
-            "target": target,
-            "drafter": drafter,
-            "hardware": check.hardware,
-            "condition": check.condition,
-            "temperature": check.temperature,
+            **_measured_on(target, drafter, check),
             "depth": k,
             "tokens_per_s": check.tokens_per_s[k],
             "measured_speedup": check.measured_speedup[k],
@@ -145,11 +152,7 @@ def serving_rows(target: str, drafter: str, check) -> list[dict]:
     """One row per point of a serving engine's check (a ServingCheck): the sweep's, then the printed config's."""
     return [
         {
-            "target": target,
-            "drafter": drafter,
-            "hardware": check.hardware,
-            "condition": check.condition,
-            "temperature": check.temperature,
+            **_measured_on(target, drafter, check),
             "depth": point.depth,
             "tokens_per_s": point.tokens_per_s,
             "measured_speedup": point.measured_speedup,
