@@ -20,6 +20,7 @@ from pipeline.errors import UserError
 PAIRING_KINDS = {
     "measure_curve": "measured",
     "profile_cost": "profiled",
+    "engine_cost": "profiled",  # the cost table timed by the serving engine (cost.timed_by: vllm)
     "select_depth": "selected",
     "measure_speedup": "validated",
     "serve_check": "served",
@@ -117,7 +118,7 @@ def _pairings(jobs: list[dict], tuned: dict[str, dict]) -> list[PairingResults]:
     by_hash = {j["job_hash"]: j for j in jobs}
     for job in jobs:  # oldest first: the newest of a kind is set last
         pairing = pairings.setdefault(job["pairing"], PairingResults(*job["pairing"]))
-        if job["kind"] != "profile_cost":
+        if PAIRING_KINDS[job["kind"]] != "profiled":  # a cost job is attached through the choice below
             _attach(pairing, job)
     for pairing in pairings.values():
         select = pairing.jobs.get("select_depth")

@@ -33,11 +33,11 @@ def engine_timed(tmp_path_factory):
         jobs = {j["kind"]: j for j in store.jobs()}
         results = {kind: store.finished_result(j["job_hash"]) for kind, j in jobs.items()}
         (tuned,) = store.best()
-    return jobs, results, tuned
+    return tmp, jobs, results, tuned
 
 
 def test_the_engines_clock_is_the_cost_table_the_choice_used(engine_timed):
-    jobs, results, tuned = engine_timed
+    _, jobs, results, tuned = engine_timed
     assert "profile_cost" not in jobs and jobs["engine_cost"]["status"] == "done"
     cost = Profiled.model_validate(results["engine_cost"]).cost
     assert cost.timed_by == "vllm 0.32.0" and cost.hardware == "cpu 2t x1 float32"
@@ -51,9 +51,20 @@ def test_the_engines_clock_is_the_cost_table_the_choice_used(engine_timed):
 
 
 def test_the_serving_check_judges_the_engine_timed_choice(engine_timed):
-    _, results, tuned = engine_timed
+    _, _, results, tuned = engine_timed
     check = Served.model_validate(results["serve_check"]).serving_check
     assert check.cost_hardware == check.hardware == "cpu 2t x1 float32"
     assert all(p.greedy_equal for p in (*check.sweep, *check.chosen))
     assert {p.batch_size for p in check.chosen} == {1, 4}
     assert next(p for p in check.chosen if p.batch_size == 1).depth == tuned["depth"]
+
+
+def test_the_report_says_which_clock_timed_the_choice(engine_timed, tmp_path):
+    run = engine_timed[0]
+    done = specfleet("report", "engine-timed", "--out", str(tmp_path), cwd=run)
+    assert done.returncode == 0, done.stderr
+    tables = (tmp_path / "reports" / "engine-timed" / "tables.md").read_text()
+    (tuned,) = [line for line in tables.splitlines() if line.startswith("| t0/pre | cpu 2t x1 float32 |")]
+    assert "| vllm 0.32.0 |" in tuned
+    assert "t0/pre_speedup.png" in tables  # predicted by depth from the engine-timed cost table
+    assert "Served by the serving engine" in tables
