@@ -168,6 +168,8 @@ def cross_check(data: dict) -> list[tuple[tuple, str]]:
     by_engine = cost.get("timed_by") == "vllm"
     if by_engine and serving is None:
         problems.append((("cost", "timed_by"), "vllm times costs in the engine a `serving:` section names; add one"))
+    if by_engine and cost.get("cost_ratio") is not None:
+        problems.append((("cost", "cost_ratio"), "a given ratio replaces timed costs; drop it, or timed_by: vllm"))
     resources = data.get("resources") if isinstance(data.get("resources"), dict) else {}
     timed = [
         resources.get(kind) if isinstance(resources.get(kind), dict) else {}

@@ -200,7 +200,9 @@ def _autotune(pairing, curve_s: float, sweep: dict, check) -> dict:
     fastest depth), both judged by the validation's tokens/s on held-out prompts. The curve and the
     sweep are timed here, on the same positions with the models loaded; the cost profile and the
     choice are their jobs' durations (which include loading the models once)."""
-    choose_s = curve_s + sum(pairing.jobs[k]["duration_s"] or 0.0 for k in ("profile_cost", "select_depth"))
+    choose_s = curve_s + sum(
+        (pairing.jobs.get(k) or {}).get("duration_s") or 0.0 for k in ("profile_cost", "engine_cost", "select_depth")
+    )
     brute_s = sweep["seconds_all_depths"]
     brute_k = max(range(len(sweep["tokens_per_s"])), key=lambda k: sweep["tokens_per_s"][k])
     chosen, best = check.chosen_depth, max(check.tokens_per_s)

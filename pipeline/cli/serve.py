@@ -120,9 +120,10 @@ def serve(
         markup=False,
         soft_wrap=True,
     )
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a stop request ends the server too
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # a stop request or a closed terminal ends the server too
+        signal.signal(sig, lambda *_: sys.exit(0))
     try:
-        server.start()
+        server.start()  # stopped by itself if the start fails or is interrupted
     except VllmError as exc:
         raise UserError(f"--engine vllm: {exc}") from None
     try:

@@ -153,7 +153,9 @@ class ServeCheckConfig(JobConfig):
 
 class EngineCostConfig(JobConfig):
     """A pairing's costs timed by the serving engine itself: the held-out prompts of the speedup
-    check decoded at every constant depth and profiled batch size (workers/jobs/engine_cost.py)."""
+    check decoded at every constant depth and profiled batch size (workers/jobs/engine_cost.py),
+    once each: of the timing and validation settings only the batch sizes, the prompts and the
+    tokens decoded count."""
 
     target: TargetRef
     drafter: DrafterSpec
@@ -166,7 +168,14 @@ class EngineCostConfig(JobConfig):
     num_gpus: float
     accelerator_type: str | None = None
     worker: WorkerEnv | None = None
-    unhashed: ClassVar[dict] = {"evaluation": {"prompts": {"path"}}, "serving": {"python"}}
+    unhashed: ClassVar[dict] = {
+        "target": {"name"},
+        "drafter": {"name"},
+        "evaluation": {"prompts": {"path"}},
+        "validation": {"repeats", "warmup_prompts", "tolerance", "compare_hf"},
+        "cost": {"context_len", "warmup", "repeats", "tree_budget"},
+        "serving": {"python", "tolerance"},
+    }
 
 
 # -- results --------------------------------------------------------------------------------------

@@ -154,6 +154,7 @@ KINDS: dict[str, JobKind] = {
             "pipeline.run.record:record_profiled",
             (*_DISPATCH, "workers.jobs.engine_cost", "workers.serving.vllm_side"),
             "timed",
+            _family_module,  # the drafter is exported by its family
         ),
         JobKind(
             "select_depth",

@@ -196,8 +196,9 @@ def cost_source_table(pairings) -> ReportTable:
             )
     rows = [(*r[:2], *r[2:-2], *([""] * (depth - len(r) + 4)), *r[-2:]) for r in rows]
     return ReportTable(
-        "Iteration cost relative to plain decoding, specfleet's timed passes / the serving engine's clock; "
-        "the depth each cost source chooses with specfleet's curve, and its share of the engine's fastest",
-        ("pairing", "batch", *(f"k={k}" for k in range(depth)), "specfleet's costs", "the engine's costs"),
+        "Iteration cost relative to plain decoding, the costs the choice used (specfleet's timed passes, or "
+        "the engine's own where cost.timed_by says so) / this serving check's clock; the depth each chooses "
+        "with specfleet's curve, and its share of the engine's fastest",
+        ("pairing", "batch", *(f"k={k}" for k in range(depth)), "the choice's costs", "this check's clock"),
         tuple(rows),
     )

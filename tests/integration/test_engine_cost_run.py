@@ -14,8 +14,13 @@ from test_serve_check_run import _spec
 
 from db.store import Store
 from pipeline.core.contracts import Profiled, Selected, Served
+from workers.serving.vllm_engine import vllm_version
 
 pytestmark = [pytest.mark.vllm, pytest.mark.ray, pytest.mark.slow]
+
+
+def _release() -> str:
+    return f"vllm {vllm_version(vllm_python())}"
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +45,14 @@ def test_the_engines_clock_is_the_cost_table_the_choice_used(engine_timed):
     _, jobs, results, tuned = engine_timed
     assert "profile_cost" not in jobs and jobs["engine_cost"]["status"] == "done"
     cost = Profiled.model_validate(results["engine_cost"]).cost
-    assert cost.timed_by == "vllm 0.32.0" and cost.hardware == "cpu 2t x1 float32"
+    assert cost.timed_by == _release() and cost.hardware == "cpu 2t x1 float32"
     assert cost.batch_sizes == (1, 4) and len(cost.pass_ms) == 3
     assert [len(v) for v in cost.verify_ms_by_batch] == [3, 3] and cost.draft_ms_by_batch == (0.0, 0.0)
     assert all(ms > 0 for ms in cost.pass_ms)
     selected = Selected.model_validate(results["select_depth"])
-    assert selected.timed_by == "vllm 0.32.0" and selected.choice.cost_model == "timed"
+    assert selected.timed_by == _release() and selected.choice.cost_model == "timed"
     assert selected.pass_cost == pytest.approx([ms / cost.pass_ms[0] for ms in cost.pass_ms])
-    assert (tuned["timed_by"], tuned["cost_job_hash"]) == ("vllm 0.32.0", jobs["engine_cost"]["job_hash"])
+    assert (tuned["timed_by"], tuned["cost_job_hash"]) == (_release(), jobs["engine_cost"]["job_hash"])
 
 
 def test_the_serving_check_judges_the_engine_timed_choice(engine_timed):
@@ -65,6 +70,6 @@ def test_the_report_says_which_clock_timed_the_choice(engine_timed, tmp_path):
     assert done.returncode == 0, done.stderr
     tables = (tmp_path / "reports" / "engine-timed" / "tables.md").read_text()
     (tuned,) = [line for line in tables.splitlines() if line.startswith("| t0/pre | cpu 2t x1 float32 |")]
-    assert "| vllm 0.32.0 |" in tuned
+    assert f"| {_release()} |" in tuned
     assert "t0/pre_speedup.png" in tables  # predicted by depth from the engine-timed cost table
     assert "Served by the serving engine" in tables

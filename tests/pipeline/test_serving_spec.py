@@ -117,3 +117,5 @@ def test_costs_timed_by_vllm_need_a_serving_engine_placed_as_the_others(tmp_path
     assert problem.startswith("resources.engine_cost: give it what profile_cost has")
     with pytest.raises(SpecError):
         spec_with({"python": python}, cost={"timed_by": "hf"})
+    (problem,) = errors_of({"python": python}, cost={"timed_by": "vllm", "cost_ratio": 0.1})
+    assert problem.startswith("cost.cost_ratio: a given ratio replaces timed costs")

@@ -60,14 +60,22 @@ class ApiServer:
     def __init__(self, argv: list[str], *, port: int, log: Path, env: dict | None = None, timeout_s: float = 900):
         self.argv, self.port, self.log, self.env, self.timeout_s = argv, port, Path(log), env or {}, timeout_s
         self.proc: subprocess.Popen | None = None
+        self._stopped = False
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> ApiServer:
+        """Start the server and wait for it; whatever ends the wait (a failure, its deadline, Ctrl-C)
+        stops what was started before it propagates."""
         if not Path(self.argv[0]).is_file():
             raise VllmError(f"vLLM python {self.argv[0]} does not exist (build one with `make vllm`)")
+        with socket.socket() as sock:  # a port something else answers on would pass for ours
+            try:
+                sock.bind(("127.0.0.1", self.port))
+            except OSError as exc:
+                raise VllmError(f"port {self.port} on 127.0.0.1 is taken ({exc.strerror}); choose another") from None
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(
@@ -78,17 +86,23 @@ class ApiServer:
                 env={**os.environ, **self.env},
                 start_new_session=True,
             )
+        try:
+            self._wait_until_up()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_until_up(self) -> None:
         deadline = time.monotonic() + self.timeout_s
-        while not self._healthy():
+        while not (self._healthy() and self.proc.poll() is None):
             if self.proc.poll() is not None:
                 self.stop()
                 cause = root_cause(self.log.read_text(errors="replace")) or f"exit status {self.proc.returncode}"
                 raise VllmError(f"vLLM server failed: {cause} (log: {self.log})")
             if time.monotonic() > deadline:
-                self.stop()
                 raise VllmError(f"vLLM server did not come up within {self.timeout_s:g} s (stopped; log: {self.log})")
             time.sleep(1.0)
-        return self
 
     def _healthy(self) -> bool:
         try:
@@ -102,9 +116,11 @@ class ApiServer:
         return self.proc.wait()
 
     def stop(self) -> None:
-        """End the server's process group (and nothing else): politely, then what is left by force."""
-        if self.proc is None:
+        """End the server's process group (and nothing else): politely, then what is left by force.
+        Once: the group's id may be another's after it is gone."""
+        if self.proc is None or self._stopped:
             return
+        self._stopped = True
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(self.proc.pid, sig)

@@ -87,7 +87,7 @@ def test_the_sweep_sits_beside_the_prediction_and_the_printed_config_shows_its_s
 def test_the_cost_sources_sit_side_by_side_with_what_each_chooses():
     table = cost_source_table([_pairing(c.Served(serving_check=_check()))])
     one, four = table.rows
-    assert table.header[-2:] == ("specfleet's costs", "the engine's costs") and len(one) == len(table.header)
+    assert table.header[-2:] == ("the choice's costs", "this check's clock") and len(one) == len(table.header)
     # k=1 at batch size 1: specfleet 1.8 / 1.5, the engine 1.79 / 1.3
     assert one[:4] == ("smol/eagle", "1", "1.00 / 1.00", "1.20 / 1.38")
     assert one[-2:] == ("k=2: 96.2%", "k=2: 96.2%")  # 2.28 / (1.99 / 1.25) beats 1.8 / (1.79 / 1.3)

@@ -5,6 +5,8 @@ that never come up. A server is stopped with every process it started, and nothi
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import sys
 import time
 import urllib.request
@@ -121,3 +123,38 @@ def test_a_missing_environment_is_named(tmp_path):
     )
     with pytest.raises(VllmError, match="does not exist"):
         ApiServer(argv, port=1, log=tmp_path / "log").start()
+
+
+def test_a_port_already_taken_is_refused_before_anything_starts(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = server_argv(
+            _python(tmp_path, UP), model="m", served_name="t", port=port, dtype="x", speculative_config=None
+        )
+        server = ApiServer(argv, port=port, log=tmp_path / "log", timeout_s=30)
+        with pytest.raises(VllmError, match=f"port {port} on 127.0.0.1 is taken"):
+            server.start()
+    assert server.proc is None  # nothing was started
+
+
+def test_an_interrupted_start_stops_the_server(tmp_path):
+    port = free_port()
+    argv = server_argv(
+        _python(tmp_path, HANGS), model="m", served_name="t", port=port, dtype="x", speculative_config=None
+    )
+    server = ApiServer(argv, port=port, log=tmp_path / "log", timeout_s=60)
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.alarm(2)  # Ctrl-C while the model would be loading
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            server.start()
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert server.proc.returncode is not None and not _alive(server.proc.pid)
+    server.stop()  # a second stop touches nothing
