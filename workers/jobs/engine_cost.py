@@ -36,7 +36,7 @@ def run(config: EngineCostConfig, inputs: dict, *, num_gpus: float, progress) ->
         answers = []
         for k, text in enumerate(printed):
             answers.append(pairing.serve(text))
-            progress(k + 1, len(printed), 0.0)
+            progress(k + 1, len(printed), float("nan"))  # no loss to show
     cost = engine_cost_profile(
         answers,
         hardware=hardware_id(device, pick_dtype(config.target.dtype, device)),
