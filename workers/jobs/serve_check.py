@@ -47,7 +47,7 @@ def run(config: ServeCheckConfig, inputs: dict, *, num_gpus: float, progress) ->
             nonlocal step
             answer = pairing.serve(printed)
             step += 1
-            progress(step, total, 0.0)
+            progress(step, total, float("nan"))  # no loss to show
             return answer
 
         plain = served(None)
