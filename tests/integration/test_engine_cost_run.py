@@ -71,5 +71,5 @@ def test_the_report_says_which_clock_timed_the_choice(engine_timed, tmp_path):
     tables = (tmp_path / "tables.md").read_text()  # --out is the report's own folder
     (tuned,) = [line for line in tables.splitlines() if line.startswith("| t0/pre | cpu 2t x1 float32 |")]
     assert f"| {_release()} |" in tuned
-    assert "t0/pre_speedup.png" in tables  # predicted by depth from the engine-timed cost table
+    assert "t0_pre_speedup.png" in tables  # predicted by depth from the engine-timed cost table
     assert "Served by the serving engine" in tables
