@@ -171,22 +171,24 @@ def cross_check(data: dict) -> list[tuple[tuple, str]]:
     if by_engine and cost.get("cost_ratio") is not None:
         problems.append((("cost", "cost_ratio"), "a given ratio replaces timed costs; drop it, or timed_by: vllm"))
     resources = data.get("resources") if isinstance(data.get("resources"), dict) else {}
-    timed = [
-        resources.get(kind) if isinstance(resources.get(kind), dict) else {}
-        for kind in ("profile_cost", "measure_speedup", "serve_check", "engine_cost")
-    ]
-    placed = [(r.get("num_cpus", 1), r.get("num_gpus", 0), r.get("accelerator_type")) for r in timed]
-    for section, kind, here in (
-        ("validation", "measure_speedup", placed[1]),
-        ("serving", "serve_check", placed[2]),
-        ("serving", "engine_cost", placed[3]),
-    ):
-        if data.get(section) is not None and (kind != "engine_cost" or by_engine) and placed[0] != here:
+
+    def placed(kind: str) -> tuple:
+        r = resources.get(kind) if isinstance(resources.get(kind), dict) else {}
+        return r.get("num_cpus", 1), r.get("num_gpus", 0), r.get("accelerator_type")
+
+    # the timing kinds the spec plans, each compared with the costs
+    planned = {
+        "measure_speedup": data.get("validation") is not None,
+        "serve_check": serving is not None,
+        "engine_cost": by_engine,
+    }
+    for kind, here in ((kind, placed(kind)) for kind, used in planned.items() if used):
+        if placed("profile_cost") != here:
             problems.append(
                 (
                     ("resources", kind),
                     f"give it what profile_cost has (num_cpus, num_gpus, "
-                    f"accelerator_type = {placed[0]}, here {here}): the "
+                    f"accelerator_type = {placed('profile_cost')}, here {here}): the "
                     "engine's speed is compared with costs timed there",
                 )
             )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.core.serving_verdict import run_accept_len
 from pipeline.core.types import CostProfile
 
 
@@ -67,8 +68,7 @@ def iteration_ms(batch: dict) -> float:
     """One engine iteration's time in one batch size's runs of an engine answer
     (workers/serving/vllm_side.py): every sequence gains accept_len tokens an iteration, so the
     iterations are tokens / (batch size x accept_len)."""
-    accept_len = 1.0 + batch["accepted"] / batch["drafts"] if batch["drafts"] else 1.0
-    return 1000.0 * batch["seconds"] * batch["batch_size"] * accept_len / batch["tokens"]
+    return 1000.0 * batch["seconds"] * batch["batch_size"] * run_accept_len(batch) / batch["tokens"]
 
 
 def engine_cost_profile(answers: list[dict], *, hardware: str, timed_by: str) -> CostProfile:

@@ -52,6 +52,12 @@ def depth_at(schedule: Sequence[Sequence[int]], batch_size: int) -> int:
     return schedule[-1][2]
 
 
+def run_accept_len(run: dict) -> float:
+    """The engine's mean accepted length over one batch size's runs of an answer: tokens a sequence
+    gains per iteration (1 without speculation)."""
+    return 1.0 + run["accepted"] / run["drafts"] if run["drafts"] else 1.0
+
+
 def served_points(
     answer: dict,
     plain: dict,
@@ -77,7 +83,7 @@ def served_points(
                 tokens_per_s=tps,
                 measured_speedup=tps / plain_tps,
                 predicted_speedup=predict(k, size),
-                accept_len=1.0 + run["accepted"] / drafts if drafts else 1.0,
+                accept_len=run_accept_len(run),
                 curve_accept_len=tokens[k],
                 accepted_per_pos=tuple(a / drafts for a in run["accepted_per_pos"]) if drafts else (),
                 depth_run=run["draft_tokens"] / drafts if drafts else 0.0,

@@ -96,8 +96,7 @@ class ApiServer:
     def _wait_until_up(self) -> None:
         deadline = time.monotonic() + self.timeout_s
         while not (self._healthy() and self.proc.poll() is None):
-            if self.proc.poll() is not None:
-                self.stop()
+            if self.proc.poll() is not None:  # start() stops what is left of its group
                 cause = root_cause(self.log.read_text(errors="replace")) or f"exit status {self.proc.returncode}"
                 raise VllmError(f"vLLM server failed: {cause} (log: {self.log})")
             if time.monotonic() > deadline:
