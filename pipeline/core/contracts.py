@@ -423,6 +423,9 @@ class ServedPoint(Contract):
     greedy_equal: bool  # every output identical to the engine's own without speculation
     seconds: float
     tokens: int
+    # seconds per group of batch_size prompts (the same groups at every depth), one row per repeat
+    # within the engine start: the verdict resamples them for its interval (empty: not recorded)
+    group_seconds: tuple[tuple[float, ...], ...] = ()
 
 
 class ServingCheck(Contract):
@@ -439,7 +442,11 @@ class ServingCheck(Contract):
     sweep: tuple[ServedPoint, ...]  # every depth k at every batch size, k-major
     chosen: tuple[ServedPoint, ...]  # the printed config at every batch size
     best_depth: dict[int, int]  # batch size -> the engine's fastest depth of the sweep
-    chosen_vs_best: dict[int, float]  # batch size -> the printed config's tokens/s over the fastest's
+    # batch size -> the printed config's tokens/s over the fastest depth's; where the printed config
+    # ran one depth of the sweep, its two engine starts pooled
+    chosen_vs_best: dict[int, float]
+    # batch size -> the central 90% interval of chosen_vs_best over the repeats and prompt groups
+    chosen_vs_best_interval: dict[int, tuple[float, float]] = {}
     tolerance: float
     passed: bool
     problems: tuple[str, ...]

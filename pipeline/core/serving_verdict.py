@@ -10,7 +10,12 @@ and judges them. The check passes when
 - the engine ran the depth the printed config names for each batch size: exactly at batch size 1,
   and nearer that depth than any other depth of the schedule at larger batch sizes (a batch
   thins out as its requests finish, and a thinner batch may draft deeper);
-- the printed config reaches (1 - tolerance) of the fastest depth of the sweep at every batch size;
+- the printed config reaches (1 - tolerance) of the fastest depth of the sweep at every batch size,
+  within the engine's own run-to-run noise: a miss is a problem only when the upper end of its 90%
+  interval (resampling the repeats within each engine start and the groups of prompts, the same
+  groups for every config) stays below 1 - tolerance. Where the printed config ran one constant
+  depth of the sweep (always at batch size 1), the two engine starts measured one config: they
+  are pooled, and how far apart they came is noted (the noise between engine starts);
 - the costs the choice used were timed on the hardware the engine ran on.
 
 How far the engine's acceptance and speed fall from what specfleet measured and predicted is
@@ -19,9 +24,10 @@ reported in the notes, not judged: the engine's own kernels and scheduler set it
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 
-from pipeline.core.choice import batch_speedup
+from pipeline.core.choice import bands, batch_speedup
 from pipeline.core.contracts import Selected, ServedPoint, ServingCheck
 from pipeline.core.types import CostProfile, Curve
 
@@ -90,9 +96,53 @@ def served_points(
                 greedy_equal=run["outputs"] == base[size]["outputs"],
                 seconds=run["seconds"],
                 tokens=run["tokens"],
+                group_seconds=tuple(tuple(row) for row in run.get("group_seconds", ())),
             )
         )
     return tuple(points)
+
+
+def _tokens_per_s(starts: Sequence[ServedPoint]) -> float:
+    """A config's tokens/s over its engine starts together."""
+    return sum(p.tokens for p in starts) / sum(p.seconds for p in starts)
+
+
+def share_interval(
+    chosen: Sequence[ServedPoint],
+    sweep: Sequence[Sequence[ServedPoint]],
+    *,
+    level: float = 0.9,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """The central `level` interval of the chosen config's tokens/s over the fastest sweep config's.
+
+    A config is given as its engine starts (one point each; two where the printed config ran a
+    depth of the sweep). Each resample draws the groups of prompts once (every config decoded the
+    same groups) and, for each config, its starts and then each start's repeats: the noise between
+    engine starts and within one both show. The fastest is picked again in each resample. Without
+    the groups' seconds for every point the interval is the point estimate itself."""
+    share = _tokens_per_s(chosen) / max(_tokens_per_s(config) for config in sweep)
+    points = [p for config in (chosen, *sweep) for p in config]
+    if not all(p.group_seconds for p in points) or len({len(r) for p in points for r in p.group_seconds}) != 1:
+        return share, share
+    n_groups = len(points[0].group_seconds[0])
+    rng = random.Random(seed)
+
+    def resampled(starts: Sequence[ServedPoint], groups: list[int]) -> float:
+        tokens = seconds = 0.0
+        for start in (starts[rng.randrange(len(starts))] for _ in starts):
+            rows = start.group_seconds
+            tokens += start.tokens
+            seconds += sum(rows[rng.randrange(len(rows))][g] for _ in rows for g in groups)  # as many cells
+        return tokens / seconds
+
+    shares = []
+    for _ in range(n_boot):
+        groups = [rng.randrange(n_groups) for _ in range(n_groups)]
+        mine = resampled(chosen, groups)
+        shares.append([mine / max(resampled(config, groups) for config in sweep)])
+    return bands(shares, level)[0]
 
 
 def serving_verdict(
@@ -112,19 +162,33 @@ def serving_verdict(
     notes = list(notes)
     best_depth: dict[int, int] = {}
     chosen_vs_best: dict[int, float] = {}
+    intervals: dict[int, tuple[float, float]] = {}
     depths = sorted({k for _, _, k in schedule})
     for point in chosen:
-        b = point.batch_size
-        at_b = [p for p in sweep if p.batch_size == b]
-        fastest = max(at_b, key=lambda p: (p.tokens_per_s, -p.depth))
-        best_depth[b] = fastest.depth
-        chosen_vs_best[b] = point.tokens_per_s / fastest.tokens_per_s
-        if chosen_vs_best[b] < 1.0 - tolerance:
-            problems.append(
-                f"batch size {b}: the printed config (k={point.depth}) reaches {chosen_vs_best[b]:.1%} of "
-                f"the engine's fastest depth k={fastest.depth}"
+        b, k = point.batch_size, point.depth
+        twin = next((p for p in sweep if p.batch_size == b and p.depth == k), None)
+        pool = twin is not None and twin is not point and abs(point.depth_run - k) < 1e-9
+        mine = [point, twin] if pool else [point]  # a config as its engine starts
+        at_b = [mine if pool and p is twin else [p] for p in sweep if p.batch_size == b]
+        if pool:
+            notes.append(
+                f"batch size {b}: the printed config ran k={k}, as the sweep's k={k} did: "
+                f"{point.tokens_per_s:.1f} and {twin.tokens_per_s:.1f} tokens/s in two engine starts "
+                f"({point.tokens_per_s / twin.tokens_per_s - 1:+.1%}); the verdict pools both"
             )
-        ran, k = point.depth_run, point.depth
+        fastest = max(at_b, key=lambda starts: (_tokens_per_s(starts), -starts[0].depth))
+        best_depth[b] = fastest[0].depth
+        share = chosen_vs_best[b] = _tokens_per_s(mine) / _tokens_per_s(fastest)
+        lo, hi = intervals[b] = share_interval(mine, at_b)
+        reach = (
+            f"batch size {b}: the printed config (k={k}) reaches {share:.1%} [{lo:.1%}, {hi:.1%}] of "
+            f"the engine's fastest depth k={fastest[0].depth}"
+        )
+        if hi < 1.0 - tolerance:
+            problems.append(reach)
+        elif share < 1.0 - tolerance:
+            notes.append(f"{reach}: below {1 - tolerance:.0%}, within the engine's run-to-run noise")
+        ran = point.depth_run
         if b == 1 and abs(ran - k) > 1e-9:
             problems.append(f"batch size 1: the engine drafted {ran:.3g} tokens a step, the config names k={k}")
         elif b > 1 and any(abs(ran - other) < abs(ran - k) for other in depths if other != k):
@@ -156,6 +220,7 @@ def serving_verdict(
         chosen=tuple(chosen),
         best_depth=best_depth,
         chosen_vs_best=chosen_vs_best,
+        chosen_vs_best_interval=intervals,
         tolerance=tolerance,
         passed=not problems,
         problems=tuple(problems),

@@ -301,6 +301,13 @@ class Serving(Strict):
     tolerance: float = Field(
         0.05, ge=0, lt=1, description="the printed config must reach (1 - tolerance) x the engine's fastest depth"
     )
+    repeats: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="times every prompt is decoded at each batch size within one engine start (the "
+        "spread of the repeats gives the verdict its interval)",
+    )
     start_timeout_s: float = Field(
         900, gt=0, le=86400, description="longest one engine may take to start and serve every batch size"
     )

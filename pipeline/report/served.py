@@ -15,6 +15,7 @@ from pathlib import Path
 from pipeline.core.engine_costs import cost_comparison
 from pipeline.report.figures import LEVEL, bands_of
 from pipeline.report.plots import integer_depths, pyplot, save_figure
+from pipeline.report.serving_table import share_text
 from pipeline.report.tables import ReportTable, ci_cell
 
 
@@ -57,7 +58,7 @@ def served_speedup_table(pairings, speedups: dict) -> ReportTable:
                     )
                 )
             for s in (s for s in check.chosen if s.batch_size == b):
-                share = check.chosen_vs_best.get(b)
+                share = share_text(check, b)
                 rows.append(
                     (
                         p.label,
@@ -65,7 +66,7 @@ def served_speedup_table(pairings, speedups: dict) -> ReportTable:
                         f"printed (k={s.depth})",
                         _predicted(speedups.get(p.label, []), b, s.depth),
                         "",
-                        f"{s.measured_speedup:.3f}" + (f", {share:.1%} of the fastest" if share is not None else ""),
+                        f"{s.measured_speedup:.3f}" + (f", {share} of the fastest" if share else ""),
                         f"{s.tokens_per_s:.1f}",
                         f"{s.accept_len:.3f}",
                         "",

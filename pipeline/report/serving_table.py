@@ -22,6 +22,16 @@ COLUMNS = (
 )
 
 
+def share_text(check, batch_size: int) -> str:
+    """The printed config's share of the engine's fastest depth at a batch size, with its interval
+    where the engine's repeats gave one ("" where the check has no share for that batch size)."""
+    share = check.chosen_vs_best.get(batch_size)
+    if share is None:
+        return ""
+    lo, hi = check.chosen_vs_best_interval.get(batch_size, (share, share))
+    return f"{share:.1%}" + (f" [{lo:.1%}, {hi:.1%}]" if hi > lo else "")
+
+
 def serving_tables(checks: list[tuple]) -> Group:
     """One table per (target, drafter, ServingCheck), each followed by its verdict and notes."""
     parts = []
@@ -50,6 +60,8 @@ def serving_tables(checks: list[tuple]) -> Group:
                 )
             table.add_section()
         verdict = "passed" if check.passed else "FAILED: " + "; ".join(check.problems)
-        lines = [Text(f"verdict: {verdict}")] + [Text(f"note: {n}") for n in check.notes]
+        shares = "; ".join(f"batch size {b}: {share_text(check, b)}" for b in sorted(check.chosen_vs_best))
+        lines = [Text(f"verdict: {verdict}"), Text(f"printed config's share of the fastest depth: {shares}")]
+        lines += [Text(f"note: {n}") for n in check.notes]
         parts += [table, *lines, Text(f"printed config: {check.speculative_config or '(serve without speculation)'}")]
     return Group(*parts)

@@ -59,7 +59,7 @@ def _spec(python: str) -> dict:
         # a cost ratio in the spec, so that these barely trained drafters draft at all
         "cost": {"context_len": 16, "warmup": 1, "repeats": 2, "batch_sizes": [1, 4], "cost_ratio": 0.01},
         "validation": {"num_prompts": 3, "new_tokens": 12},
-        "serving": {"python": python},
+        "serving": {"python": python, "repeats": 3},
         "resources": {kind: {"num_cpus": 2} for kind in ("profile_cost", "measure_speedup", "serve_check")},
     }
 
@@ -87,11 +87,16 @@ def test_vllm_serves_the_printed_config_and_the_sweep(served_run):
     assert [(p.depth, p.batch_size) for p in check.sweep] == [(k, b) for k in (0, 1, 2) for b in (1, 4)]
     assert all(p.greedy_equal for p in (*check.sweep, *check.chosen))  # vLLM's own plain output, token for token
     for p in check.sweep:  # a constant depth is drafted as asked, at every batch size
-        assert p.depth_run == p.depth and p.tokens == 12 * 4  # three prompts and one repeated at batch size 4
+        # three prompts and one repeated at batch size 4, decoded three times over within the start
+        assert p.depth_run == p.depth and p.tokens == 3 * 12 * 4
+        assert [len(row) for row in p.group_seconds] == [4 // p.batch_size] * 3 and min(map(min, p.group_seconds)) > 0
+        assert sum(map(sum, p.group_seconds)) == pytest.approx(p.seconds)
         assert 1.0 <= p.accept_len <= 1 + p.depth and len(p.accepted_per_pos) == p.depth
     one = next(p for p in check.chosen if p.batch_size == 1)
     assert one.depth_run == one.depth >= 1
     assert set(check.best_depth) == {1, 4} and check.chosen_vs_best[1] > 0
+    for b, (lo, hi) in check.chosen_vs_best_interval.items():  # the repeats give the share an interval
+        assert lo <= check.chosen_vs_best[b] <= hi and lo < hi
 
     # the printed config is what `specfleet autotune` prints for this pairing, but for the folder the
     # drafter was exported to
@@ -131,6 +136,7 @@ def test_speedups_shows_the_serving_check_and_its_rows(served_run):
     assert shown.returncode == 0, shown.stderr
     assert "t0/pre served by vllm 0.32.0" in shown.stdout and "verdict: " in shown.stdout
     assert "printed config: --speculative-config" in shown.stdout
+    assert "printed config's share of the fastest depth: batch size 1: " in shown.stdout
 
 
 def _serving(run, *args: str) -> tuple[subprocess.Popen, str]:

@@ -84,6 +84,7 @@ def test_refusals_name_the_field(tmp_path):
     assert problem.startswith("serving: the serving check decodes greedily") and "list 0 first" in problem
     assert errors_of({"python": python, "engine": "sglang"})[0].startswith("serving.engine:")
     assert errors_of({"python": python, "tolerance": 1.5})[0].startswith("serving.tolerance:")
+    assert errors_of({"python": python, "repeats": 0})[0].startswith("serving.repeats:")
     (problem,) = errors_of({"python": python}, resources={"serve_check": {"num_cpus": 2}})
     assert problem.startswith("resources.serve_check: give it what profile_cost has")
 

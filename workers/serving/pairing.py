@@ -5,7 +5,8 @@ The target goes to the engine as a model folder (a built-in target's checkpoint,
 converted once, or the given folder or hub id), the drafter as its family exports it for serving
 (the EAGLE-3 layout, or a draft model's own folder; a drafter given by path or hub id as it is).
 Both jobs decode the speedup check's held-out prompts greedily, every prompt at every batch size
-(b at a time; a batch larger than the prompts repeats them), each in an engine started for one
+(b at a time; a batch larger than the prompts repeats them), `serving.repeats` times over (the
+verdict's interval comes from their spread), each in an engine started for one
 speculative config: what `specfleet autotune --engine vllm` prints for a schedule, for the
 engine's own release.
 """
@@ -68,6 +69,7 @@ class EnginePairing:
             prompts=self.prompts,
             max_tokens=self.new_tokens,
             batch_sizes=self.batch_sizes,
+            repeats=self.serving.repeats,
             max_model_len=max(len(p) for p in self.prompts) + self.new_tokens + self.max_depth + 8,
             seed=self.seed,
             cpu_threads=self.cpu_threads,

@@ -79,14 +79,16 @@ def serve(
     max_tokens: int,
     batch_sizes: list[int],
     max_model_len: int,
+    repeats: int = 1,
     seed: int = 0,
     cpu_threads: int | None = None,
     kv_cache_gib: float = 2.0,
     timeout_s: float = 600,
 ) -> dict:
     """Start vLLM on `model` with `speculative_config` (None: no speculation), generate greedily at
-    each batch size, and return vllm_side.py's answer (seconds, outputs and spec-decode counters
-    per batch size). `cpu_threads`: run on the CPU backend bound to cores 0..cpu_threads-1."""
+    each batch size, every prompt `repeats` times over, and return vllm_side.py's answer (seconds,
+    outputs and spec-decode counters per batch size). `cpu_threads`: run on the CPU backend bound
+    to cores 0..cpu_threads-1."""
     env = cpu_env(cpu_threads, kv_cache_gib) if cpu_threads is not None else {}
     request = {
         "mode": "serve",
@@ -96,6 +98,7 @@ def serve(
         "prompts": prompts,
         "max_tokens": max_tokens,
         "batch_sizes": batch_sizes,
+        "repeats": repeats,
         "max_model_len": max_model_len,
         "seed": seed,
         "enforce_eager": cpu_threads is not None,

@@ -13,13 +13,15 @@ Request (JSON on standard input):
   overlapping per-batch-size schedule, a drafter folder that does not load) waits for `serve`.
 - {"mode": "serve", "model": PATH, "dtype": ..., "max_model_len": N, "seed": S,
   "speculative_config": null | {...}, "prompts": [[token ids], ...], "max_tokens": N, "batch_sizes":
-  [1, 4, ...]}: one engine started; after a warm-up, at each batch size b every prompt is generated,
-  b at a time (a last group short of b is filled from the first prompts), greedily, `max_tokens` new
-  tokens each (end of sequence ignored, so every run decodes the same number of tokens). Answer
-  {"start_s": ..., "batches": [{"batch_size": b, "seconds": ..., "tokens": ..., "outputs": [[ids],
-  ...], "drafts": ..., "draft_tokens": ..., "accepted": ..., "accepted_per_pos": [...]}, ...]}, the
-  counters being vLLM's spec-decode counters over that batch size's runs alone (zero without
-  speculation).
+  [1, 4, ...], "repeats": R}: one engine started; after a warm-up, at each batch size b every prompt
+  is generated, b at a time (a last group short of b is filled from the first prompts), greedily,
+  `max_tokens` new tokens each (end of sequence ignored, so every run decodes the same number of
+  tokens), and that R times over. Answer {"start_s": ..., "batches": [{"batch_size": b, "seconds":
+  ..., "group_seconds": [[s, ...] per repeat], "tokens": ..., "outputs": [[ids], ...], "drafts":
+  ..., "draft_tokens": ..., "accepted": ..., "accepted_per_pos": [...]}, ...]}: seconds, tokens and
+  outputs over every repeat (the outputs repeat after repeat), `group_seconds` one group of b
+  prompts at a time, the counters vLLM's spec-decode counters over that batch size's runs alone
+  (zero without speculation).
 
 The answer goes to the file named by the first argument (vLLM writes its logs to standard output
 and error). An engine that does not start raises, and the process exits non-zero; the caller reads
@@ -94,17 +96,21 @@ def _serve(request: dict) -> dict:
     batches = []
     for size in request["batch_sizes"]:
         before = _counters(llm)
-        outputs, seconds = [], 0.0
-        for start in range(0, len(prompts), size):  # every prompt, `size` at a time (the last group cycles)
-            group = [prompts[(start + j) % len(prompts)] for j in range(size)]
-            t = time.perf_counter()
-            outs = llm.generate(group, params, use_tqdm=False)
-            seconds += time.perf_counter() - t
-            outputs += [list(o.outputs[0].token_ids) for o in outs]
+        outputs, group_seconds = [], []
+        for _ in range(request.get("repeats", 1)):
+            times = []
+            for start in range(0, len(prompts), size):  # every prompt, `size` at a time (the last group cycles)
+                group = [prompts[(start + j) % len(prompts)] for j in range(size)]
+                t = time.perf_counter()
+                outs = llm.generate(group, params, use_tqdm=False)
+                times.append(time.perf_counter() - t)
+                outputs += [list(o.outputs[0].token_ids) for o in outs]
+            group_seconds.append(times)
         batches.append(
             {
                 "batch_size": size,
-                "seconds": seconds,
+                "seconds": sum(map(sum, group_seconds)),
+                "group_seconds": group_seconds,
                 "tokens": sum(len(o) for o in outputs),
                 "outputs": outputs,
                 **_since(_counters(llm), before),
