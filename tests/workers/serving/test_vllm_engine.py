@@ -62,6 +62,7 @@ def _serve(folders, config):
         max_tokens=24,
         batch_sizes=[1, 4],
         max_model_len=256,
+        repeats=2,
         cpu_threads=2,
     )
 
@@ -84,7 +85,13 @@ def test_vllm_accepts_what_autotune_emits_and_refuses_in_one_line(folders):
 def test_vllm_serves_the_emitted_schedule_with_plain_greedy_output(folders, plain):
     served = _serve(folders, _emitted(folders[1]))
     for ours, theirs in zip(served["batches"], plain["batches"]):
-        assert ours["outputs"] == theirs["outputs"] and ours["tokens"] == 24 * len(PROMPTS)  # every prompt, b at a time
+        # every prompt, b at a time, twice over: the second repeat decodes what the first did
+        assert ours["outputs"] == theirs["outputs"] and ours["tokens"] == 2 * 24 * len(PROMPTS)
+        n = len(PROMPTS)
+        assert ours["outputs"][:n] == ours["outputs"][n:]
+        groups = ours["group_seconds"]
+        assert [len(row) for row in groups] == [-(-n // ours["batch_size"])] * 2
+        assert sum(map(sum, groups)) == pytest.approx(ours["seconds"])
     one, four = served["batches"]
     assert one["draft_tokens"] == 3 * one["drafts"] > 0  # depth 3 alone
     assert sum(one["accepted_per_pos"]) == one["accepted"] and len(one["accepted_per_pos"]) == 3
