@@ -21,6 +21,7 @@ DRAFT_LOGITS = torch.tensor([2.0, 1.2, 0.3, -0.4, -1.0])  # q puts its mass wher
 DRAWS = 8_000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [0.7, 1.5])
 def test_node_emits_the_target_distribution(temperature):
     """Emitted-token frequencies over 8,000 rounds stay within total variation 6/sqrt(n) of p
