@@ -21,6 +21,7 @@ from workers.drafters.eagle3.model import drafter_from_target
 from workers.drafters.eagle3.proposer import EagleProposer
 from workers.drafters.eagle3.train import drafter_config_for
 from workers.drafters.standalone.proposer import ModelProposer
+from workers.models.features import cached_forward_states
 
 TREE = ((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
 
@@ -79,6 +80,31 @@ def test_eagle_tree_levels_draft_what_steps_along_each_path_draft():
         for j, tok in enumerate(path):
             cache, logits, chain = d.step(torch.tensor([tok]), chain, cache, proposer.pos + 1 + j)
         assert [tokens[c - 1] for c in kids] == d.full_logits(logits[0].float()).topk(len(kids)).indices.tolist()
+
+
+@torch.no_grad()
+def test_after_a_tree_round_the_drafter_holds_the_accepted_paths_features(monkeypatch):
+    """A round that accepts a path off the tree's first branch (node (1,) then (1, 0)) hands the
+    EAGLE drafter the target's features at those nodes: its next logits are those of a drafter
+    started afresh on the committed tokens and a plain target pass over them, and differ from a
+    drafter fed the features at the tree's first positions instead."""
+    target = _tiny_llama(0, vocab=40)
+    proposer = _eagle(target)
+    path = [2, 6]  # node indices in TREE: (1,) and its child (1, 0)
+
+    def take_path(logits, layout, tokens, qs, temperature, gen):
+        return path, int(logits[path[-1]].argmax())
+
+    monkeypatch.setattr(tree_engine, "walk_tree", take_path)
+    prompt = torch.tensor([[1, 5, 3, 7, 2]])
+    out, accepted = generate_tree(target, proposer, prompt, max_new=4, tree=TREE, temperature=0.0)
+    assert accepted == [2]  # one round: the root's token, two drafts kept, the target's token
+    committed = prompt[0].tolist() + out
+    fresh = _eagle(target)
+    _, _, streams = cached_forward_states(target, torch.tensor([committed[:-1]]), None, fresh.capture)
+    fresh.start(committed, streams)
+    assert proposer.pos == fresh.pos
+    torch.testing.assert_close(proposer.logits, fresh.logits, atol=1e-4, rtol=1e-4)
 
 
 def _tree_joint_counts(target, proposer, rounds, temperature, draft_sampling, seed=7):
