@@ -5,7 +5,9 @@ the timed engine iteration at every depth (`pass_ms`), unless the spec sets `cos
 which selects Leviathan's `k c + 1`. With costs profiled at several batch sizes, a depth per
 batch size follows, as a schedule of inclusive batch-size ranges. With rank paths measured and
 tree passes timed, a draft tree is chosen too (pipeline/core/tree_choice.py); its siblings are the
-drafter's top-k, verified as one-hot drafts at temperature above 0, as serving engines draft trees.
+drafter's top-k, verified as one-hot drafts at temperature above 0, as serving engines draft trees,
+and it is weighed against the chain this depth choice serves, with the tokens per pass the choice
+predicts for it under its own drafting rule.
 """
 
 from __future__ import annotations
@@ -41,7 +43,13 @@ def run(config: SelectDepthConfig, inputs: dict, *, num_gpus: float, progress) -
     ranks = primary.rank_paths
     if ranks and cost.tree_verify_ms_by_batch:
         tree = choose_tree(
-            ranks, cost, max_depth=curve.max_depth, topk=measured.rank_topk, chain_depth=choice.depth, seed=config.seed
+            ranks,
+            cost,
+            max_depth=curve.max_depth,
+            topk=measured.rank_topk,
+            chain_depth=choice.depth,
+            chain_tokens=choice.tokens_per_pass,
+            seed=config.seed,
         )
     return Selected(
         choice=choice,

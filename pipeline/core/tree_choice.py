@@ -15,8 +15,11 @@ speedup(B, tree) = tokens(tree) * t_decode(B)
 At batch size 1, where the tree engine's whole iteration was timed drafting the chain of every
 depth D as a tree (`tree_pass_ms`), a tree of depth D costs that iteration with the chain's
 drafter passes and target pass swapped for its own, so the engine's bookkeeping is counted too.
-The chain at the chosen depth is the top-1 tree, costed the same way: the tree's gain over it
-is the ratio of the two.
+The chain it competes with is the one the depth choice serves: its depth, and its tokens per
+pass as the depth choice predicts them under the drafting rule it serves (`chain_tokens`; at
+temperature above 0 with sampled drafts these are not the top-1 rank path's, which would verify
+the chain as if drafting were greedy), costed as the top-1 tree on the same timings, so that the
+tree's gain over it is the ratio of the two and the engines' bookkeeping cancels.
 
 What follows the choice: `measure_speedup` runs the chosen tree, the best trees one and two
 sizes either side, the chain at its chosen depth and plain decoding side by side
@@ -117,11 +120,13 @@ def choose_tree(
     max_depth: int,
     topk: int,
     chain_depth: int,
+    chain_tokens: float,
     seed: int = 0,
     n_boot: int = 1000,
     level: float = 0.9,
 ) -> TreeChoice:
-    """The tree per profiled batch size, from the rank paths of the primary curve and the tree timings."""
+    """The tree per profiled batch size, from the rank paths of the primary curve and the tree timings,
+    against the served chain of `chain_depth` drafts yielding `chain_tokens` tokens per target pass."""
     if not cost.tree_verify_ms_by_batch:
         raise ValueError("the cost profile timed no tree passes (cost.tree_budget is 0)")
     budget = len(cost.tree_draft_ms_by_batch[0])
@@ -133,7 +138,6 @@ def choose_tree(
     per_prompt = _crossfit_walks(rank_paths, trees, budget, max_depth, topk)
     tokens = [_pooled(w) for w in per_prompt]
     chain = chain_tree(chain_depth)
-    chain_tokens = _pooled(walks(rank_paths, chain))
     by_batch, chosen, candidates_speedups, chain_speedups = {}, None, [], []
     cap = None
     for i, b in enumerate(cost.batch_sizes):

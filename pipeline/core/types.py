@@ -97,3 +97,8 @@ class DepthChoice:
     accept_len_ci: tuple[float, float] | None = None  # bootstrap interval of accept_len at `depth`
     decode_accept_len: float | None = None  # a decoder's tokens per target pass at `depth`, when measured
     cost_model: str = "leviathan"  # how a pass was costed: "leviathan" (k c + 1) or "timed" (pass_ms)
+
+    @property
+    def tokens_per_pass(self) -> float:
+        """The tokens per target pass `speedup` was predicted from: a decoder's when measured."""
+        return self.decode_accept_len if self.decode_accept_len is not None else self.accept_len

@@ -229,7 +229,6 @@ def test_measure_speedup_runs_the_chosen_tree_its_neighbours_and_the_chain(tiny_
         tree_verify_ms_by_batch=(tuple(1.0 + 0.01 * m for m in range(9)),),
         tree_draft_ms_by_batch=((0.1,) * 8,),
     )
-    tree = choose_tree(paths, cost, max_depth=3, topk=3, chain_depth=2)
     curve = Curve(
         condition="default",
         temperature=0.0,
@@ -238,9 +237,9 @@ def test_measure_speedup_runs_the_chosen_tree_its_neighbours_and_the_chain(tiny_
         survival=(0.5, 0.25, 0.125),
         accept_len=(1.0, 1.5, 1.75, 1.875),
     )
-    selected = c.Selected(
-        choice=choose_depth(curve, 0.1), hardware="cpu 2t x1 float32", condition="default", temperature=0.0, tree=tree
-    )
+    choice = choose_depth(curve, 0.1)
+    tree = choose_tree(paths, cost, max_depth=3, topk=3, chain_depth=choice.depth, chain_tokens=choice.tokens_per_pass)
+    selected = c.Selected(choice=choice, hardware="cpu 2t x1 float32", condition="default", temperature=0.0, tree=tree)
     config = c.MeasureSpeedupConfig(
         seed=0,
         device="cpu",

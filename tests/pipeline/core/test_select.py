@@ -1,0 +1,38 @@
+"""The select_depth job: the depth, the schedule and the tree for the primary curve."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pipeline.core.contracts as c
+from pipeline.core.select import run
+from pipeline.core.trees import rank_path
+from pipeline.core.types import Curve
+from tests.pipeline.core.test_tree_choice import _cost
+
+
+def test_the_tree_is_weighed_against_the_chain_this_depth_choice_serves():
+    """Sampled drafts from a drafter whose q is the target's p over three tokens, at T = 1: every
+    draft is kept, so the chain of 3 yields 4 tokens a pass, while the target's token is the top
+    guess a third of the time. The tree's chain is the depth choice's own, with its tokens."""
+    rng = random.Random(9)
+    paths = tuple(tuple(rank_path([rng.randrange(3) for _ in range(3)], 3) for _ in range(40)) for _ in range(12))
+    curve = Curve(
+        condition="default",
+        temperature=1.0,
+        num_chains=480,
+        cond_accept=(1.0, 1.0, 1.0),
+        survival=(1.0, 1.0, 1.0),
+        accept_len=(1.0, 2.0, 3.0, 4.0),
+    )
+    measured = c.Measured(
+        curves=(c.MeasuredCurve(curve=curve, per_prompt=(), walks=(), rank_paths=paths),), rank_topk=3
+    )
+    cost = dataclasses.replace(_cost(0.02), pass_ms=(1.0, 1.12, 1.24, 1.36))
+    config = c.SelectDepthConfig(seed=0, target="t", drafter="d", cost_ratio=None, max_batch_size=1)
+    selected = run(config, {"curve": measured, "cost": c.Profiled(cost=cost)}, num_gpus=0, progress=None)
+    assert selected.choice.depth == 3 and selected.choice.tokens_per_pass == 4.0
+    tree = selected.tree
+    assert tree.chain_depth == 3 and tree.chain_decode_accept_len == 4.0
+    assert tree.chain_speedup > tree.speedup and not tree.served
