@@ -29,8 +29,15 @@ def normalize_url(url: str) -> str:
 
 
 def mask_url(url: str) -> str:
-    """The URL with every secret hidden (user info and query; db/secrets.py), fit for messages and logs."""
-    return mask_secrets(url)
+    """The URL with every secret hidden, fit for messages and logs: its password as SQLAlchemy hides
+    it (which reads a password holding `/` or a space whole), then what db/secrets.py masks (a
+    password in the query, an unencoded @ in the password). Text SQLAlchemy cannot read as a URL
+    (libpq's key=value form) is masked as text."""
+    try:
+        shown = make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        shown = url
+    return mask_secrets(shown)
 
 
 def open_database(url: str) -> Engine:

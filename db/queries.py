@@ -41,6 +41,7 @@ TUNED_KEYS = (
 # Keys a tuned config may carry besides TUNED_KEYS (each may be None).
 TUNED_OPTIONAL_KEYS = (
     "schedule",
+    "schedule_measured_to",
     "curve_job_hash",
     "cost_job_hash",
     "drafter_job_hash",
@@ -69,6 +70,7 @@ _VERSION_KEYS = (
     "cost_model",
     "draft_sampling",
     "timed_by",
+    "schedule_measured_to",
     "tree_decode_accept_len",
     "tree_speedup",
     "tree_chain_speedup",

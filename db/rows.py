@@ -198,6 +198,7 @@ def tuned_config(
         "code_version": code_version,
         "mlflow_run_id": mlflow_run_id,
         "schedule": [list(r) for r in selected.schedule] if selected.schedule is not None else None,
+        "schedule_measured_to": selected.schedule_measured_to,
         "curve_job_hash": curve_job_hash,
         "cost_job_hash": cost_job_hash,
         "drafter_job_hash": drafter_job_hash,

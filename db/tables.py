@@ -340,6 +340,9 @@ class TunedConfig(Base):
     source: Mapped[str] = mapped_column(String(TAG_LEN))
     # The per-batch-size depths as JSON [[lo, hi, k], ...], inclusive ranges; None: one depth.
     schedule_json: Mapped[str | None] = mapped_column(Text)
+    # the largest batch size whose depth was measured: ranges above it are extrapolated; None: not
+    # recorded (no schedule, older rows)
+    schedule_measured_to: Mapped[int | None] = mapped_column(Integer)
     curve_job_hash: Mapped[str | None] = mapped_column(String(HASH_LEN))
     cost_job_hash: Mapped[str | None] = mapped_column(String(HASH_LEN))
     drafter_job_hash: Mapped[str | None] = mapped_column(String(HASH_LEN))

@@ -363,6 +363,14 @@ def checked_tuned(tuned: dict, where: str) -> dict:
     schedule = values.pop("schedule", None)
     if schedule is not None:
         values["schedule_json"] = json.dumps(_checked_schedule(schedule, where))
+    measured_to = values.get("schedule_measured_to")
+    if measured_to is not None and (
+        schedule is None
+        or not isinstance(measured_to, Integral)
+        or isinstance(measured_to, bool)
+        or not 1 <= measured_to <= schedule[-1][1]
+    ):
+        raise StoreError(f"{where}: schedule_measured_to must be a batch size the schedule covers, got {measured_to!r}")
     tree = values.pop("tree", None)
     if tree is not None:
         values["tree_json"] = json.dumps(_checked_tree(tree, where))

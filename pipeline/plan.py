@@ -131,7 +131,7 @@ def build_plan(
                 "target": t,
                 "drafter": d,
                 "cost_ratio": spec.cost.cost_ratio,
-                "max_batch_size": spec.cost.max_batch_size,
+                "max_batch_size": spec.cost.schedule_end,
                 "draft_sampling": evaluation.draft_sampling,
             },
             {"curve": curve, "cost": cost},

@@ -32,6 +32,7 @@ from pipeline.core.settings import (
 )
 from pipeline.errors import SpecError
 from pipeline.run.runtime_env import RuntimeEnv
+from pipeline.spec_keys import known_keys, nearest_key
 from pipeline.yaml_lines import duplicate_keys, line_of
 
 
@@ -269,7 +270,13 @@ def _describe(err: dict) -> tuple[tuple, str]:
     loc = _clean_loc(tuple(err["loc"]))
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        msg = "unknown key"
+        msg = _unknown_key(tuple(err["loc"]), loc)
+    elif err["type"] == "literal_error" and len(loc) == 3 and loc[0] == "drafters" and loc[2] == "kind":
+        got = err.get("input")
+        msg = (
+            f"unknown drafter kind {shown(got) if isinstance(got, str) else repr(got)}; "
+            f"use one of {', '.join(DRAFTER_KINDS)}"
+        )
     elif loc and loc[-1] == "[key]":
         loc = loc[:-1]
         msg = f"unknown job kind; use one of {', '.join(JOB_KINDS)}"
@@ -282,6 +289,14 @@ def _describe(err: dict) -> tuple[tuple, str]:
         got = err["input"]
         msg = f"{msg}, got {shown(got) if isinstance(got, str) else repr(got)}"
     return loc, msg
+
+
+def _unknown_key(raw: tuple, loc: tuple) -> str:
+    """'unknown key', with the section it is in and the known key it most likely misspells."""
+    key = str(loc[-1])
+    where = f" in {_field_path(loc[:-1])}" if loc[:-1] else ""
+    nearest = nearest_key(key, known_keys(ExperimentSpec, raw[:-1]))
+    return f"unknown key {shown(key)}{where}" + (f": did you mean {shown(nearest)}?" if nearest else "")
 
 
 MAX_SPEC_BYTES = 1 << 20  # a spec is a page of settings; a megabyte is already absurd

@@ -23,6 +23,19 @@ def schedule_of(row: dict) -> list[tuple[int, int, int]]:
     return [(1, 1, row["depth"])]
 
 
+def unmeasured_note(row: dict) -> str | None:
+    """What the row's schedule claims beyond the batch sizes whose depth was measured, or None."""
+    measured, schedule = row.get("schedule_measured_to"), row.get("schedule")
+    if measured is None or not schedule:
+        return None
+    end = schedule[-1][1]
+    past = f"; batch sizes {measured + 1}-{end} keep that depth unmeasured (extrapolated)" if end > measured else ""
+    return (
+        f"depths were measured at batch sizes up to {measured}{past}; add larger cost.batch_sizes to choose for "
+        "larger batches"
+    )
+
+
 def tree_of(row: dict):
     """The row's draft tree when it is predicted to beat the chain it was compared with, else None."""
     tree = row.get("tree")
@@ -38,6 +51,7 @@ def choice_row(selected: Selected) -> dict:
     return {
         "depth": selected.choice.depth,
         "schedule": [list(r) for r in selected.schedule] if selected.schedule is not None else None,
+        "schedule_measured_to": selected.schedule_measured_to,
         "temperature": selected.temperature,
         "draft_sampling": selected.draft_sampling,
         "tree": [list(n) for n in tree.tree] if tree is not None else None,

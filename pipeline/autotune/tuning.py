@@ -323,6 +323,7 @@ def from_metrics(
         schedule, schedule_note = None, "one depth for every batch size (a given cost ratio has no batch-size costs)"
     else:
         schedule, schedule_note = _batch_schedule(store, offline[0], curve, choice.depth)
+    measured_to = offline[0].get("schedule_measured_to") if schedule else None
     version = store.add_production_config(
         target=target,
         drafter=drafter,
@@ -339,6 +340,7 @@ def from_metrics(
         pass_cost=list(pass_cost) if pass_cost is not None else None,
         timed_by=None if given_ratio else offline[0].get("timed_by"),
         schedule=[list(r) for r in schedule] if schedule else None,
+        schedule_measured_to=min(measured_to, schedule[-1][1]) if measured_to else None,
         notes=f"from {int(counters.num_drafts)} verified drafts of {len(curve.survival)} positions; {cost_note}; "
         f"{schedule_note}",
     )

@@ -21,7 +21,9 @@ from pipeline.errors import UserError
 
 
 def autotune(
-    engine: Annotated[str, typer.Option("--engine", help="vllm | sglang | trtllm | transformers")],
+    engine: Annotated[
+        str, typer.Option("--engine", help="vllm | sglang | trtllm | transformers (or vLLM, TensorRT-LLM, hf ...)")
+    ],
     engine_version: Annotated[
         str | None,
         typer.Option(
@@ -68,8 +70,10 @@ def autotune(
     """Print a ready engine config for one pairing: from its active tuned config, or from
     production metrics (stored as a new 'production' version)."""
     from pipeline.autotune import tuning as tune
+    from pipeline.core.engine_names import canonical_engine
     from pipeline.version import code_version
 
+    engine = canonical_engine(engine)
     if engine not in tune.ENGINES:
         raise UserError(f"--engine: unknown engine {engine!r}; use one of {', '.join(tune.ENGINES)}")
     tune.check_options(engine, engine_version, method, export_format, drafter_path)
@@ -130,7 +134,7 @@ def _print_config(engine: str, row: dict, *, path: str, method: str, version: st
     production version, which has none); what the engine release could not express, and files it
     reads, on stderr."""
     from pipeline.autotune import tuning as tune
-    from pipeline.autotune.choice_row import sampling_of, schedule_of, tree_of
+    from pipeline.autotune.choice_row import sampling_of, schedule_of, tree_of, unmeasured_note
 
     emitted = tune.render(
         engine,
@@ -142,7 +146,8 @@ def _print_config(engine: str, row: dict, *, path: str, method: str, version: st
         draft_sampling=sampling_of(row),
         tree=tree_of(row),
     )
-    for note in emitted.notes:
+    measured = unmeasured_note(row)
+    for note in emitted.notes + ((measured,) if measured else ()):
         err.print(f"note: {note}", markup=False, soft_wrap=True)
     sys.stdout.write(emitted.text.rstrip("\n") + "\n")
 

@@ -345,6 +345,12 @@ class Selected(Contract):
     tree: TreeChoice | None = None  # with ranks measured and tree passes timed
     timed_by: str = "specfleet"  # whose clock timed the costs the choice used (CostProfile.timed_by)
 
+    @property
+    def schedule_measured_to(self) -> int | None:
+        """The largest batch size whose depth was measured: the schedule's ranges above it carry
+        that depth unmeasured (extrapolated). None without a schedule."""
+        return max(self.batch_depths) if self.schedule is not None and self.batch_depths else None
+
 
 class HFRun(Contract):
     """Hugging Face `generate` on the same prompts: plain, or assisted by the standalone draft model

@@ -13,9 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pipeline.core.conversations import PromptsError, file_digest, read_conversations
+from pipeline.core.engine_names import canonical_engine
 
 Corpus = Literal["stdlib", "pydoc", "chat"]
 # what a drafter trains on: a built-in corpus, or `regenerated`: its target's own answers (TrainingData)
@@ -237,7 +238,13 @@ class Cost(CostTiming):
     """The spec's `cost` section: the timing, and how the depth choice uses it."""
 
     cost_ratio: float | None = Field(None, gt=0, le=1000, description="override the measured draft/decode ratio")
-    max_batch_size: int = Count(256, le=MAX_BATCH, description="the per-batch-size schedule covers 1..max_batch_size")
+    max_batch_size: int | None = Count(
+        None,
+        le=MAX_BATCH,
+        description="the per-batch-size schedule covers 1..max_batch_size; default the largest batch size "
+        "profiled. Sizes past the largest profiled keep its depth, and the tuned config records them as "
+        "extrapolated",
+    )
     timed_by: Literal["specfleet", "vllm"] = Field(
         "specfleet",
         description="whose clock the depth choice uses: specfleet's engine (profile_cost), or the serving "
@@ -248,9 +255,14 @@ class Cost(CostTiming):
     def _batches(self):
         if self.batch_sizes[:1] != [1] or self.batch_sizes != sorted(set(self.batch_sizes)):
             raise ValueError(f"batch_sizes must increase and start at 1, got {self.batch_sizes}")
-        if self.max_batch_size < self.batch_sizes[-1]:
+        if self.max_batch_size is not None and self.max_batch_size < self.batch_sizes[-1]:
             raise ValueError(f"max_batch_size {self.max_batch_size} is below the largest batch size profiled")
         return self
+
+    @property
+    def schedule_end(self) -> int:
+        """The largest batch size the schedule covers: max_batch_size, else the largest profiled."""
+        return self.max_batch_size or self.batch_sizes[-1]
 
 
 class Validation(Strict):
@@ -312,6 +324,11 @@ class Serving(Strict):
         900, gt=0, le=86400, description="longest one engine may take to start and serve every batch size"
     )
     filled_in: ClassVar[tuple[str, ...]] = ("version",)
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine_as_named(cls, value):
+        return canonical_engine(value) if isinstance(value, str) else value  # vLLM, VLLM -> vllm
 
     @model_validator(mode="before")
     @classmethod

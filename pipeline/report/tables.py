@@ -54,6 +54,8 @@ def tuned_table(record, speedups: dict[str, list[BatchSpeedup]]) -> ReportTable:
         check = pairing.validated.speedup_check if pairing and pairing.validated else None
         k = r["depth"]
         schedule = ", ".join(f"{lo}-{hi}: k={d}" for lo, hi, d in r["schedule"]) if r["schedule"] else ""
+        if r["schedule"] and r.get("schedule_measured_to") and r["schedule"][-1][1] > r["schedule_measured_to"]:
+            schedule += f" (measured to {r['schedule_measured_to']})"
         rows.append(
             (
                 label,

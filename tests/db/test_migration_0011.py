@@ -51,7 +51,7 @@ def test_versions_before_0011_have_no_clock_and_new_ones_keep_theirs(db_url: str
             store.add_production_config(**PRODUCTION, timed_by="v" * 65)
         assert len(store.best(history=True)) == 2  # the refused version wrote nothing
     with engine.begin() as connection:
-        assert current_revision(connection) == head_revision() == "0011"
+        assert current_revision(connection) == head_revision()
         assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
         command.downgrade(alembic_config(connection), "0010")
         assert len(connection.execute(select(TUNED_AT_0010.c.version)).all()) == 2

@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 from support.paths import REPO
 
+from db.engine import mask_url
 from db.secrets import mask_secrets
 from db.store import Store, StoreError
 from pipeline.run.tracking import flatten
 
 SECRET = "s3cr3t-Pa55"
+TOKEN = "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"  # the 34 characters after hf_
 FORMS = [
     (f"postgresql+psycopg://me:{SECRET}@db.example:5432/tuning", "postgresql+psycopg://me:***@db.example:5432/tuning"),
     (
@@ -29,6 +31,14 @@ FORMS = [
     (f"Authorization: Bearer {SECRET}", "Authorization: Bearer ***"),
     (f"password: {SECRET}", "password: ***"),
     (f'{{"api_key": "{SECRET}"}}', '{"api_key": ***}'),
+    (f"https://user:hf_{TOKEN}@huggingface.co/m", "https://user:***@huggingface.co/m"),
+    (f"https://hf_{TOKEN}@huggingface.co/m", "https://***@huggingface.co/m"),  # the token as the user
+    (f"401 for hf_{TOKEN}: invalid", "401 for ***: invalid"),
+    (f"Authorization: token {SECRET}", "Authorization: token ***"),
+    (f"Authorization: {SECRET}", "Authorization: ***"),
+    (f"{{'Authorization': 'token {SECRET}'}}", "{'Authorization': 'token ***'}"),
+    (f"X-Api-Key: {SECRET}", "X-Api-Key: ***"),
+    (f"x-auth-token={SECRET}", "x-auth-token=***"),
 ]
 
 
@@ -45,6 +55,8 @@ def test_every_form_is_masked_and_the_rest_kept(text, masked):
         "http://127.0.0.1:5000",
         "a tokenizer=fast run",
         "the password was wrong",
+        "the Authorization header was missing",
+        "workers/decoding/hf_generate.py",
     ],
 )
 def test_text_without_a_secret_is_unchanged(text):
@@ -57,12 +69,47 @@ def test_text_without_a_secret_is_unchanged(text):
         f"postgresql://me:{SECRET}@127.0.0.1:1/x",
         f"postgresql://127.0.0.1:1/x?user=me&password={SECRET}",
         f"postgresql+psycopg:///x?host=127.0.0.1&port=1&password={SECRET}",
+        f"postgresql://me:pa/{SECRET}@127.0.0.1:1/x",
     ],
 )
 def test_a_database_that_cannot_be_opened_names_it_without_the_password(url):
     with pytest.raises(StoreError) as caught:
         Store(url)
     assert SECRET not in str(caught.value) and "***" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "name", ["MY_SERVICE_TOKEN", "OPENAI_API_KEY", "DB_PASSWORD", "GOOGLE_APPLICATION_CREDENTIALS", "BASIC_AUTH"]
+)
+def test_a_secret_variables_value_is_masked_wherever_it_appears(monkeypatch, name):
+    monkeypatch.setenv(name, SECRET)
+    assert mask_secrets(f"cloning with {SECRET} failed; retry {SECRET}") == "cloning with *** failed; retry ***"
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("TOKENIZERS_PARALLELISM", "false-and-long"),  # a TOKEN inside a longer word
+        ("PWD", "/work/experiments"),  # the shell's folder, not a password
+        ("HF_TOKEN", "short"),  # under 8 characters: would garble ordinary words
+    ],
+)
+def test_other_variables_values_are_kept(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    assert mask_secrets(f"in {value} now") == f"in {value} now"
+
+
+@pytest.mark.parametrize(
+    "url,shown",
+    [
+        (f"postgresql://me:pa/{SECRET}@db.example/tuning", "postgresql://me:***@db.example/tuning"),
+        (f"postgresql://me:pa {SECRET}@db.example/tuning", "postgresql://me:***@db.example/tuning"),
+        (f"postgresql://me:p@{SECRET}@db.example/tuning", "postgresql://me:***@db.example/tuning"),
+        (f"host=db.example password={SECRET}", "host=db.example password=***"),  # no URL: masked as text
+    ],
+)
+def test_a_database_url_is_shown_with_sqlalchemys_password_hiding(url, shown):
+    assert mask_url(url) == shown
 
 
 def test_mlflow_params_hold_no_secret():

@@ -50,6 +50,7 @@ VERSION_KEYS = {
     "pass_cost",
     "draft_sampling",
     "timed_by",
+    "schedule_measured_to",
     "tree",
     "tree_decode_accept_len",
     "tree_speedup",

@@ -120,3 +120,12 @@ def test_costs_timed_by_vllm_need_a_serving_engine_placed_as_the_others(tmp_path
         spec_with({"python": python}, cost={"timed_by": "hf"})
     (problem,) = errors_of({"python": python}, cost={"timed_by": "vllm", "cost_ratio": 0.1})
     assert problem.startswith("cost.cost_ratio: a given ratio replaces timed costs")
+
+
+@pytest.mark.parametrize("spelling", ["vLLM", "VLLM", "v-llm"])
+def test_the_engine_is_read_as_users_spell_it(tmp_path, spelling):
+    python = fake_vllm_python(tmp_path)
+    assert spec_with({"python": python, "engine": spelling}).serving.engine == "vllm"
+    plain = build_plan(spec_with({"python": python}), "v1")
+    spelled = build_plan(spec_with({"python": python, "engine": spelling}), "v1")
+    assert [j.hash for j in spelled.jobs] == [j.hash for j in plain.jobs]  # the same jobs, nothing re-run

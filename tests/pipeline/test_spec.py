@@ -87,6 +87,47 @@ def test_all_errors_at_once():
     assert fields == ["bogus", "drafters[0].train.ttt_depth", "drafters[1].name"]
 
 
+def test_an_unknown_drafter_kind_names_every_kind():
+    for kind, got in (("medusa", "'medusa'"), ("Eagle3", "'Eagle3'"), ("[eagle3]", "['eagle3']")):
+        msgs = errors_of(GOOD.replace("kind: eagle3", f"kind: {kind}"))
+        assert msgs == [f"drafters[0].kind: unknown drafter kind {got}; use one of eagle3, standalone (line 7)"]
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (
+            ("name: ok\n", "name: ok\nevaluation: {temprature: [0]}\n"),
+            "evaluation.temprature: unknown key 'temprature' in evaluation: did you mean 'temperatures'? (line 2)",
+        ),
+        (
+            ("name: ok\n", "name: ok\nevaluaton: {}\n"),
+            "evaluaton: unknown key 'evaluaton': did you mean 'evaluation'? (line 2)",
+        ),
+        (
+            ("ttt_depth: 2", "tt_depth: 2"),
+            "drafters[0].train.tt_depth: unknown key 'tt_depth' in drafters[0].train: "
+            "did you mean 'ttt_depth'? (line 8)",
+        ),
+        (
+            ("name: ok\n", "name: ok\npairings: [{target: t, drafter: d, drafterr: d}]\n"),
+            "pairings[0].drafterr: unknown key 'drafterr' in pairings[0]: did you mean 'drafter'? (line 2)",
+        ),
+        (
+            ("name: ok\n", "name: ok\nresources: {train_drafter: {num_gpu: 1}}\n"),
+            "resources.train_drafter.num_gpu: unknown key 'num_gpu' in resources.train_drafter: "
+            "did you mean 'num_gpus'? (line 2)",
+        ),
+        (
+            ("kind: eagle3", "kind: eagle3\n    colour: red"),
+            "drafters[0].colour: unknown key 'colour' in drafters[0] (line 8)",
+        ),
+    ],
+)
+def test_an_unknown_key_suggests_the_nearest_known_one(change, message):
+    assert errors_of(GOOD.replace(*change, 1)) == [message]
+
+
 def test_missing_required_and_malformed_yaml():
     assert errors_of("name: x\n")[0].startswith("targets: Field required")
     msgs = errors_of("name: [unclosed\n")

@@ -36,3 +36,44 @@ def test_the_tree_is_weighed_against_the_chain_this_depth_choice_serves():
     tree = selected.tree
     assert tree.chain_depth == 3 and tree.chain_decode_accept_len == 4.0
     assert tree.chain_speedup > tree.speedup and not tree.served
+
+
+def _two_batch_sizes(max_batch_size: int):
+    curve = Curve(
+        condition="default",
+        temperature=0.0,
+        num_chains=100,
+        cond_accept=(0.8, 0.8, 0.8),
+        survival=(0.8, 0.64, 0.512),
+        accept_len=(1.0, 1.8, 2.44, 2.952),
+    )
+    measured = c.Measured(curves=(c.MeasuredCurve(curve=curve, per_prompt=(), walks=()),))
+    cost = dataclasses.replace(
+        _cost(0.02, batch_sizes=(1, 4)),
+        draft_ms_by_batch=(0.05, 0.3),
+        verify_ms_by_batch=((1.0, 1.05, 1.1, 1.15), (1.0, 1.6, 2.2, 2.8)),
+    )
+    config = c.SelectDepthConfig(seed=0, target="t", drafter="d", cost_ratio=0.05, max_batch_size=max_batch_size)
+    return run(config, {"curve": measured, "cost": c.Profiled(cost=cost)}, num_gpus=0, progress=None)
+
+
+def test_a_schedule_says_where_its_measurements_end():
+    """Depths measured at batch sizes 1 and 4: a schedule to 4 claims nothing more; one stretched to
+    16 records that 5-16 carry the depth of 4 unmeasured, and autotune says so."""
+    from pipeline.autotune.choice_row import choice_row, unmeasured_note
+
+    measured = _two_batch_sizes(4)
+    assert measured.batch_depths == {1: 3, 4: 0}
+    assert measured.schedule == ((1, 1, 3), (2, 4, 0)) and measured.schedule_measured_to == 4
+    assert "keep that depth unmeasured" not in unmeasured_note(choice_row(measured))
+    stretched = _two_batch_sizes(16)
+    assert stretched.schedule == ((1, 1, 3), (2, 16, 0)) and stretched.schedule_measured_to == 4
+    assert "batch sizes 5-16 keep that depth unmeasured" in unmeasured_note(choice_row(stretched))
+
+
+def test_the_schedule_ends_at_the_largest_profiled_batch_size_unless_told():
+    from pipeline.core.settings import Cost
+
+    assert Cost(batch_sizes=[1, 8, 32]).schedule_end == 32
+    assert Cost(batch_sizes=[1, 8], max_batch_size=256).schedule_end == 256
+    assert Cost().schedule_end == 1
