@@ -56,6 +56,10 @@ def vllm(arg: str, version: str, batch_size: int) -> tuple[str, int]:
     ranges = config.get("num_speculative_tokens_per_batch_size")
     if ranges is None:
         return method, k_max
+    # from 0.31 a draft model runs on the V2 model runner, whose draft-model speculator drafts
+    # num_speculative_tokens every step whatever the range says (seen on 0.32.0: 1.00 tokens per
+    # draft in a K=0 range)
+    ignores_ranges = method == "draft_model" and v >= Version("0.31.0")
     ranges = sorted((tuple(r) for r in ranges), key=lambda r: r[0])
     if any(len(r) != 3 or r[0] <= 0 or r[1] < r[0] or r[2] < 0 for r in ranges) or ranges[0][0] != 1:
         raise Refused("bad num_speculative_tokens_per_batch_size")
@@ -65,7 +69,7 @@ def vllm(arg: str, version: str, batch_size: int) -> tuple[str, int]:
     for lo, _, depth in ranges:  # the last range starting at or below B; a gap or a size past the end keeps its K
         if lo <= batch_size:
             k = depth
-    return method, min(k, k_max)
+    return method, k_max if ignores_ranges else min(k, k_max)
 
 
 def vllm_draft_sampling(arg: str, version: str) -> str | None:

@@ -15,7 +15,8 @@ and SGLang load; `specfleet autotune` (pipeline/autotune/tuning.py) uses both.
 Releases (`autotune --engine-version`; the default is the newest read: vLLM 0.33.0, SGLang
 0.5.23, TensorRT-LLM 1.2.1, transformers 5.24.0), and where each reads a depth per batch size:
 - vLLM 0.10.2 - 0.33.0: `num_speculative_tokens_per_batch_size` from 0.24.0 (inclusive
-  [lo, hi, k] ranges; a batch past the last range keeps its k); at temperature above 0,
+  [lo, hi, k] ranges; a batch past the last range keeps its k; a draft model from 0.31.0 drafts
+  num_speculative_tokens at every batch size, so it gets the batch-size-1 depth and a note); at temperature above 0,
   `draft_sample_method` (`probabilistic` for drafts sampled from q, `greedy` for argmax drafts)
   from 0.22.0 (`greedy` only in 0.21.0). Before 0.24.0: the batch-size-1 depth and a note
   (0.16-0.23 refuse unknown keys at start-up). `draft_model` before 0.15.0 is refused, and so is

@@ -12,7 +12,11 @@ released wheels 0.10.2 to 0.33.0:
   (sampled from q, verified with q) from 0.22.
 - `num_speculative_tokens_per_batch_size` from 0.24.0 (PR #32374): a list of inclusive
   [lo, hi, K] ranges, the first starting at 1, none overlapping; a gap or a batch size past
-  the last range keeps the previous range's K; K is capped at `num_speculative_tokens`.
+  the last range keeps the previous range's K; K is capped at `num_speculative_tokens`. From
+  0.31.0 a draft model runs on the V2 model runner, whose draft-model speculator drafts
+  `num_speculative_tokens` every step and never reads the step's K: the ranges are accepted and
+  ignored (seen on 0.32.0 by specfleet's serving check: 1.00 tokens per draft in a K = 0 range).
+  A draft model there gets the batch-size-1 depth and a note.
 - `speculative_token_tree` from 0.10.1 to 0.20.x (removed in 0.21.0): a string holding a Python
   list of rank tuples, sorted breadth-first; `num_speculative_tokens` is its number of nodes. It
   is drafted only under the TREE_ATTN attention backend (`--attention-backend TREE_ATTN` from
@@ -46,6 +50,7 @@ NAME = "vllm"
 OLDEST, NEWEST = "0.10.2", "0.33.0"
 DEFAULT_VERSION = NEWEST
 PER_BATCH_SIZE = "0.24.0"
+DRAFT_MODEL_FIXED_DEPTH = "0.31.0"  # a draft model drafts num_speculative_tokens at every batch size
 DRAFT_MODEL = "0.15.0"
 DRAFT_SAMPLE_METHOD = "0.22.0"  # greedy | probabilistic (0.21.0: greedy | gumbel)
 RENAMED_AS_EAGLE = ("eagle3", "eagle-")  # path fragments vLLM takes as "this is an EAGLE head"
@@ -116,6 +121,14 @@ def emit(
     if not constant(schedule) and not at_least(version, PER_BATCH_SIZE):
         schedule, notes = batch1(
             schedule, NAME, version, f"num_speculative_tokens_per_batch_size arrived in {PER_BATCH_SIZE}"
+        )
+    elif not constant(schedule) and method == "draft_model" and at_least(version, DRAFT_MODEL_FIXED_DEPTH):
+        schedule, notes = batch1(
+            schedule,
+            NAME,
+            version,
+            f"from {DRAFT_MODEL_FIXED_DEPTH} a draft model drafts num_speculative_tokens at every batch size "
+            "(its per-batch-size ranges are accepted and ignored)",
         )
     config = {"method": method, "model": model, "num_speculative_tokens": max(k for _, _, k in schedule)}
     if not constant(schedule):

@@ -31,7 +31,19 @@ CONSTANT = [(1, 512, 3)]
 RISING = [(1, 4, 2), (5, 512, 3)]
 OFF_GRAPH = [(1, 9, 4), (10, 512, 2)]  # 9 is no CUDA-graph capture size: SGLang 0.5.13 pads 9 to 10
 RELEASES = {
-    "vllm": ["0.10.2", "0.14.0", "0.15.0", "0.16.0", "0.17.0", "0.23.0", "0.24.0", "0.33.0", "0.40.0"],
+    "vllm": [
+        "0.10.2",
+        "0.14.0",
+        "0.15.0",
+        "0.16.0",
+        "0.17.0",
+        "0.23.0",
+        "0.24.0",
+        "0.30.0",
+        "0.31.0",
+        "0.33.0",
+        "0.40.0",
+    ],
     "sglang": ["0.5.5", "0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.23"],
     "trtllm": ["1.0.0", "1.1.0", "1.2.0", "1.2.1", "1.3.0rc0", "1.3.0rc7", "1.3.0rc8", "1.4.0rc1"],
     "transformers": ["4.48.0", "5.24.0"],
@@ -48,7 +60,7 @@ def runs_schedule(engine_name: str, version: str, schedule, method: str) -> bool
     padded = v < V("0.5.14") and schedule == OFF_GRAPH
     falls = schedule[0][2] == max(k for _, _, k in schedule)
     return {
-        "vllm": v >= V("0.24.0"),
+        "vllm": v >= V("0.24.0") and (method == "eagle3" or v < V("0.31.0")),
         "sglang": method == "eagle3" and v >= V("0.5.13") and (not zero or v >= V("0.5.14")) and not padded,
         "trtllm": v >= V("1.2.0") and falls and (method == "draft_model" or v >= V("1.3.0rc8")),
         "transformers": False,
