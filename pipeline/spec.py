@@ -271,8 +271,8 @@ def _describe(err: dict) -> tuple[tuple, str]:
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = _unknown_key(tuple(err["loc"]), loc)
-    elif err["type"] == "literal_error" and len(loc) == 3 and loc[0] == "drafters" and loc[2] == "kind":
-        got = err.get("input")
+    elif err["type"] == "union_tag_not_found" and len(loc) == 2 and loc[0] == "drafters":
+        loc, got = (*loc, "kind"), err["input"].get("kind") if isinstance(err["input"], dict) else err["input"]
         msg = (
             f"unknown drafter kind {shown(got) if isinstance(got, str) else repr(got)}; "
             f"use one of {', '.join(DRAFTER_KINDS)}"

@@ -23,16 +23,24 @@ def schedule_of(row: dict) -> list[tuple[int, int, int]]:
     return [(1, 1, row["depth"])]
 
 
+def extrapolated(row: dict) -> tuple[int, int] | None:
+    """The batch sizes (lo, hi) the row's schedule covers past those whose depth was measured, or None."""
+    measured, schedule = row.get("schedule_measured_to"), row.get("schedule")
+    if measured is None or not schedule or schedule[-1][1] <= measured:
+        return None
+    return measured + 1, schedule[-1][1]
+
+
 def unmeasured_note(row: dict) -> str | None:
     """What the row's schedule claims beyond the batch sizes whose depth was measured, or None."""
-    measured, schedule = row.get("schedule_measured_to"), row.get("schedule")
-    if measured is None or not schedule:
+    measured = row.get("schedule_measured_to")
+    if measured is None or not row.get("schedule"):
         return None
-    end = schedule[-1][1]
-    past = f"; batch sizes {measured + 1}-{end} keep that depth unmeasured (extrapolated)" if end > measured else ""
+    past = extrapolated(row)
+    unmeasured = f"; batch sizes {past[0]}-{past[1]} keep that depth unmeasured (extrapolated)" if past else ""
     return (
-        f"depths were measured at batch sizes up to {measured}{past}; add larger cost.batch_sizes to choose for "
-        "larger batches"
+        f"depths were measured at batch sizes up to {measured}{unmeasured}; add larger cost.batch_sizes to choose "
+        "for larger batches"
     )
 
 

@@ -212,9 +212,11 @@ class StandaloneDrafterSpec(_ModelSource):
         return None
 
 
-def _drafter_kind(value) -> str:
+def _drafter_kind(value) -> str | None:
+    """The drafter's kind (eagle3 when not given); None for a kind of no family, which pydantic
+    refuses once (union_tag_not_found) instead of reading the drafter as some other kind."""
     kind = value.get("kind", "eagle3") if isinstance(value, dict) else getattr(value, "kind", None)
-    return kind if kind in DRAFTER_KINDS else "eagle3"
+    return kind if isinstance(kind, str) and kind in DRAFTER_KINDS else None
 
 
 # A registry of drafter kinds: each kind is one spec class, selected by the `kind` field.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from pipeline.autotune.choice_row import extrapolated
 from pipeline.core.intervals import BatchSpeedup
 from pipeline.report.figures import LEVEL, REPORT_DRIFT, bands_of
 from pipeline.report.findings import condition_cells, ordered_conditions
@@ -54,7 +55,7 @@ def tuned_table(record, speedups: dict[str, list[BatchSpeedup]]) -> ReportTable:
         check = pairing.validated.speedup_check if pairing and pairing.validated else None
         k = r["depth"]
         schedule = ", ".join(f"{lo}-{hi}: k={d}" for lo, hi, d in r["schedule"]) if r["schedule"] else ""
-        if r["schedule"] and r.get("schedule_measured_to") and r["schedule"][-1][1] > r["schedule_measured_to"]:
+        if extrapolated(r):
             schedule += f" (measured to {r['schedule_measured_to']})"
         rows.append(
             (
