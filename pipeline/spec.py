@@ -94,6 +94,17 @@ class ExperimentSpec(Strict):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _validated_where_measured(self):
+        validation, measured = self.validation, self.evaluation.continuation_len
+        if validation is not None and validation.new_tokens is not None and validation.new_tokens > measured:
+            raise ValueError(
+                f"validation.new_tokens: {validation.new_tokens} decodes past the {measured} positions the "
+                f"curve measures (evaluation.continuation_len), so the prediction it checks says nothing of "
+                f"the rest; raise evaluation.continuation_len to {validation.new_tokens} or drop new_tokens"
+            )
+        return self
+
     def resources_for(self, kind: str) -> Resources:
         return self.resources.get(kind, KINDS[kind].resources)
 
@@ -269,6 +280,9 @@ def _merge_union_errors(problems: list[tuple[tuple, str]]) -> list[tuple[tuple, 
 def _describe(err: dict) -> tuple[tuple, str]:
     loc = _clean_loc(tuple(err["loc"]))
     msg = err["msg"].removeprefix("Value error, ")
+    named = re.fullmatch(r"([a-z_]+(?:\.[a-z_]+)+): (.+)", msg, re.S) if not loc else None
+    if named:  # a check across sections names the field it is about: point at that field's line
+        loc, msg = tuple(named.group(1).split(".")), named.group(2)
     if err["type"] == "extra_forbidden":
         msg = _unknown_key(tuple(err["loc"]), loc)
     elif err["type"] == "union_tag_not_found" and len(loc) == 2 and loc[0] == "drafters":

@@ -39,6 +39,8 @@ class PairingResults:
     validated: Validated | None = None
     served: Served | None = None  # the serving engine's check (a spec with `serving:`)
     jobs: dict[str, dict] = field(default_factory=dict)  # kind -> job_hash, mlflow_run_id, duration_s, seed
+    drafter_kind: str | None = None  # the drafter spec's kind (eagle3, standalone), where a job's config holds it
+    held_out_prompts: int | None = None  # the prompts the speedup and serving checks decoded (validation.num_prompts)
 
     @property
     def label(self) -> str:
@@ -120,6 +122,7 @@ def _pairings(jobs: list[dict], tuned: dict[str, dict]) -> list[PairingResults]:
         pairing = pairings.setdefault(job["pairing"], PairingResults(*job["pairing"]))
         if PAIRING_KINDS[job["kind"]] != "profiled":  # a cost job is attached through the choice below
             _attach(pairing, job)
+            _read_config(pairing, job["config"])
     for pairing in pairings.values():
         select = pairing.jobs.get("select_depth")
         row = tuned.get(select["job_hash"]) if select else None
@@ -137,6 +140,17 @@ def _attach(pairing: PairingResults, job: dict) -> None:
         "duration_s": job["duration_s"],
         "seed": job["config"].get("seed", 0),
     }
+
+
+def _read_config(pairing: PairingResults, config: dict) -> None:
+    """What the summary says that only a job's config holds: the drafter's kind (a select job's
+    config names the drafter only) and how many held-out prompts the checks decoded."""
+    drafter = config.get("drafter")
+    if isinstance(drafter, dict) and drafter.get("kind"):
+        pairing.drafter_kind = drafter["kind"]
+    validation = config.get("validation")
+    if isinstance(validation, dict) and validation.get("num_prompts"):
+        pairing.held_out_prompts = validation["num_prompts"]
 
 
 def member_name(ref) -> str:

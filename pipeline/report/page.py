@@ -18,11 +18,14 @@ from pipeline.report import figures as fig
 from pipeline.report import served as srv
 from pipeline.report import tables as tab
 from pipeline.report.plots import plot_tree_check, plot_trees
+from pipeline.report.prediction_table import prediction_table
+from pipeline.report.summary import pairing_summary
 
 STYLE = """body{font-family:sans-serif;margin:2em auto;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}caption{text-align:left;font-weight:bold;padding:4px 0}
 td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}td:first-child,th:first-child{text-align:left}
-img{max-width:100%}figure{margin:1em 0}figcaption{font-size:13px;color:#555}"""
+img{max-width:100%}figure{margin:1em 0}figcaption{font-size:13px;color:#555}
+pre{white-space:pre-wrap;background:#f4f4f4;padding:4px 8px;font-size:12px}"""
 
 
 def pairing_speedups(pairing) -> list[BatchSpeedup]:
@@ -65,6 +68,11 @@ class Page:
     def text(self, text: str) -> None:
         self.parts.append(f"<p>{html.escape(text)}</p>")
 
+    def block(self, part) -> None:
+        """A part written both ways: its html() on the page, its markdown() in tables.md."""
+        self.parts.append(part.html())
+        self.tables.append(part.markdown())
+
     def table(self, table: tab.ReportTable) -> None:
         if table.rows:
             self.parts.append(table.html())
@@ -103,8 +111,33 @@ class Page:
         return page
 
 
+def _job_counts(record) -> str:
+    return ", ".join(f"{n} {s}" for s, n in record.job_counts.items() if n)
+
+
+def _summary(page: Page, record) -> None:
+    """The page's opening: per pairing, what to serve and how, the verdict and the gain."""
+    page.heading("Summary")
+    page.text(
+        f"Experiment {record.ref}, created {record.created_at[:10]} ({_job_counts(record)} jobs). Speedups are "
+        "over plain decoding; hashes, job ids and MLflow runs are in the appendix at the end."
+    )
+    for p in record.pairings:
+        page.heading(p.label, 3)
+        page.block(pairing_summary(p))
+
+
+def _appendix(page: Page, records, *tables: tab.ReportTable) -> None:
+    """Where the results came from: the experiments, then `tables` (jobs, runs and paths)."""
+    page.heading("Appendix: provenance")
+    for record in records:
+        _provenance(page, record)
+    for table in tables:
+        page.table(table)
+
+
 def _provenance(page: Page, record) -> None:
-    counts = ", ".join(f"{n} {s}" for s, n in record.job_counts.items() if n)
+    counts = _job_counts(record)
     page.table(
         tab.ReportTable(
             f"Experiment {record.ref}",
@@ -129,7 +162,7 @@ def _provenance(page: Page, record) -> None:
 def experiment_page(record, folder: Path) -> Page:
     """Every section of one experiment's report, figures written into `folder`."""
     page = Page(folder)
-    _provenance(page, record)
+    _summary(page, record)
     measured = [p for p in record.pairings if p.measured]
     speedups = {p.label: pairing_speedups(p) for p in record.pairings}
     if record.tuned:
@@ -165,6 +198,9 @@ def experiment_page(record, folder: Path) -> Page:
         validated = [p for p in record.pairings if p.validated]
         if validated:
             page.table(tab.speedup_check_table(validated))
+            closeness = prediction_table(validated)
+            if closeness:
+                page.table(closeness)
         with_hf = [p for p in validated if p.validated.speedup_check.hf_runs]
         if with_hf:
             page.table(tab.hf_table(with_hf))
@@ -175,6 +211,8 @@ def experiment_page(record, folder: Path) -> Page:
     if record.job_seconds:
         page.heading("Job times")
         page.table(tab.job_time_table(record))
+    served = [p for p in record.pairings if p.served and p.served.serving_check]
+    _appendix(page, [record], tab.tuned_provenance_table(record), srv.printed_config_table(served))
     return page
 
 
@@ -190,7 +228,7 @@ def _served(page: Page, record, speedups: dict) -> None:
             continue
         check = p.served.serving_check
         verdict = "passed" if check.passed else "failed: " + "; ".join(check.problems)
-        page.text(f"{p.label} on {check.hardware}: {verdict}. Printed config: {check.speculative_config or '(none)'}")
+        page.text(f"{p.label} on {check.hardware}: {verdict}. The config it printed is in the appendix.")
         for note in check.notes:
             page.text(f"{p.label}: {note}")
     checked = [p for p in served if p.served.serving_check is not None]
@@ -210,7 +248,11 @@ def _trees(page: Page, record) -> None:
     trees = [p for p in record.pairings if p.selected and p.selected.tree and p.selected.tree.tree]
     if trees:
         page.heading("Draft trees")
-        page.text("Pairings whose best tree drafts nothing (plain decoding wins) are left out.")
+        page.text(
+            "Pairings whose best tree drafts nothing (plain decoding wins) are left out. A tree is served only where "
+            "it is predicted to beat the chain at every batch size; elsewhere the chain is served and the tree below "
+            "is analysis only."
+        )
         page.table(tab.tree_table(trees))
         for p in trees:
             tree_check = p.validated.speedup_check.tree if p.validated else None
@@ -288,8 +330,6 @@ def _categories(page: Page, pairings) -> None:
 def comparison_page(a, b, folder: Path) -> Page:
     """Two experiments side by side: the pairings both measured, then those only one did."""
     page = Page(folder)
-    for record in (a, b):
-        _provenance(page, record)
     mine, theirs = {p.label: p for p in a.pairings if p.measured}, {p.label: p for p in b.pairings if p.measured}
     common = [
         (label, (mine[label], pairing_speedups(mine[label])), (theirs[label], pairing_speedups(theirs[label])))
@@ -301,7 +341,7 @@ def comparison_page(a, b, folder: Path) -> Page:
         tab.ReportTable(
             "The pairings both measured: the primary curve and the chosen depth at batch size 1",
             ("pairing", a.ref, b.ref),
-            tuple((label, _summary(*x), _summary(*y)) for label, x, y in common),
+            tuple((label, _side(*x), _side(*y)) for label, x, y in common),
         )
     )
     for label, x, y in common:
@@ -315,10 +355,11 @@ def comparison_page(a, b, folder: Path) -> Page:
     ]
     if only:
         page.text("Measured by one experiment only: " + ", ".join(only))
+    _appendix(page, [a, b])
     return page
 
 
-def _summary(pairing, speedups: list[BatchSpeedup]) -> str:
+def _side(pairing, speedups: list[BatchSpeedup]) -> str:
     curve = pairing.measured.primary.curve
     text = f"accept_len({curve.max_depth}) {curve.accept_len[-1]:.3f}"
     if speedups:

@@ -7,6 +7,7 @@ from pathlib import Path
 from rich.table import Table
 
 from pipeline.core.types import Curve
+from pipeline.report.words import counted
 
 
 def pyplot():
@@ -49,7 +50,7 @@ def plot_trees(choice, path: str | Path, title: str, measured: dict[int, float] 
     ax1.set(xlabel="draft tokens in the tree", ylabel="tokens per target pass", title="tokens per pass")
     ax1.legend(fontsize=8)
     ax2.plot(sizes, [c.speedups[0] for c in choice.candidates], "o-")
-    ax2.axvline(len(choice.tree), color="C3", ls="--", label=f"chosen: {len(choice.tree)} tokens")
+    ax2.axvline(len(choice.tree), color="C3", ls="--", label=f"chosen: {counted(len(choice.tree), 'token')}")
     ax2.axhline(choice.chain_speedup, color="grey", ls=":", label="chain")
     ax2.set(xlabel="draft tokens in the tree", ylabel="predicted speedup", title="batch size 1")
     ax2.legend(fontsize=8)
@@ -131,7 +132,7 @@ def tree_label(tree) -> str:
     from pipeline.core.trees import check_tree, shape
 
     sh = shape(check_tree(tree))
-    return f"{sh.nodes} tokens, depth {sh.depth}, top-{sh.topk}"
+    return f"{counted(sh.nodes, 'token')}, depth {sh.depth}, top-{sh.topk}"
 
 
 def console_category_table(rows: list[dict]) -> Table:

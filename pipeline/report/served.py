@@ -203,3 +203,20 @@ def cost_source_table(pairings) -> ReportTable:
         ("pairing", "batch", *(f"k={k}" for k in range(depth)), "the choice's costs", "this check's clock"),
         tuple(rows),
     )
+
+
+def printed_config_table(pairings) -> ReportTable:
+    """The config each serving check printed and served, its drafter path as the worker had it (the
+    appendix: the path names a checkpoint folder or the worker's temporary copy)."""
+    return ReportTable(
+        "Configs the serving checks printed, as the engine ran them on the worker",
+        ("pairing", "engine", "printed config"),
+        tuple(
+            (
+                p.label,
+                p.served.serving_check.engine,
+                p.served.serving_check.speculative_config or "(serve without speculation)",
+            )
+            for p in pairings
+        ),
+    )

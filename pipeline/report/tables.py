@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from pipeline.autotune.choice_row import extrapolated
+from pipeline.autotune.choice_row import extrapolated, tree_of
 from pipeline.core.intervals import BatchSpeedup
 from pipeline.report.figures import LEVEL, REPORT_DRIFT, bands_of
 from pipeline.report.findings import condition_cells, ordered_conditions
@@ -68,12 +68,9 @@ def tuned_table(record, speedups: dict[str, list[BatchSpeedup]]) -> ReportTable:
                 schedule,
                 ci_cell(predicted.value[k], predicted.lo[k], predicted.hi[k]) if predicted else f"{r['speedup']:.3f}",
                 f"{check.measured_speedup[k]:.3f}" if check and k < len(check.measured_speedup) else "",
-                tree_label(r["tree"]) if r.get("tree") else "",
+                tree_label(tree_of(r)) if tree_of(r) else "",
                 f"v{r['version']}" + ("" if r["active"] else " (replaced)"),
                 r["source"],
-                (r["job_hash"] or "")[:12],
-                r["mlflow_run_id"] or "",
-                r["code_version"],
             )
         )
     return ReportTable(
@@ -88,14 +85,29 @@ def tuned_table(record, speedups: dict[str, list[BatchSpeedup]]) -> ReportTable:
             "depth per batch size",
             "predicted speedup",
             "measured speedup",
-            "tree",
+            "tree served",
             "version",
             "source",
-            "select job",
-            "MLflow run",
-            "code",
         ),
         tuple(rows),
+    )
+
+
+def tuned_provenance_table(record) -> ReportTable:
+    """The select job, MLflow run and code version behind each tuned-config version (the appendix)."""
+    return ReportTable(
+        "Tuned configs: the select job, its MLflow run and the code that wrote each version",
+        ("pairing", "version", "select job", "MLflow run", "code"),
+        tuple(
+            (
+                f"{r['target']}/{r['drafter']}",
+                f"v{r['version']}",
+                r["job_hash"] or "",
+                r["mlflow_run_id"] or "",
+                r["code_version"],
+            )
+            for r in record.tuned
+        ),
     )
 
 
@@ -310,7 +322,8 @@ def hf_table(pairings) -> ReportTable:
 
 
 def tree_table(pairings) -> ReportTable:
-    """The chosen draft tree per pairing, its expected tokens per pass and its gain over the chain."""
+    """The chosen draft tree per pairing, its expected tokens per pass, its gain over the chain, and
+    which of the two is served."""
     rows = []
     for p in pairings:
         tree = p.selected.tree
@@ -318,6 +331,7 @@ def tree_table(pairings) -> ReportTable:
         rows.append(
             (
                 p.label,
+                "the tree" if tree.served else f"the chain (k={tree.chain_depth})",
                 tree_label(tree.tree),
                 f"{tree.decode_accept_len:.3f}",
                 f"{check.engine_accept_len[0]:.3f}" if check else "",
@@ -330,6 +344,7 @@ def tree_table(pairings) -> ReportTable:
         "Draft trees (batch size 1)",
         (
             "pairing",
+            "served",
             "tree",
             "expected tokens/pass",
             "engine tokens/pass",

@@ -55,7 +55,7 @@ def _spec(python: str) -> dict:
             {"name": "pre", "kind": "eagle3", "norm": "pre", "train": train},
             {"name": "post", "kind": "eagle3", "norm": "post", "fc_norm": True, "train": {**train, "steps": 5}},
         ],
-        "evaluation": {"max_depth": 2, "num_prompts": 4, "prompt_len": 16, "continuation_len": 8},
+        "evaluation": {"max_depth": 2, "num_prompts": 4, "prompt_len": 16, "continuation_len": 12},
         # a cost ratio in the spec, so that these barely trained drafters draft at all
         "cost": {"context_len": 16, "warmup": 1, "repeats": 2, "batch_sizes": [1, 4], "cost_ratio": 0.01},
         "validation": {"num_prompts": 3, "new_tokens": 12},

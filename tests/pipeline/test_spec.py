@@ -70,6 +70,11 @@ def test_quickstart_is_valid():
         (("name: ok\n", "name: ok\ncost: {repeats: 0}\n"), "cost.repeats", 2),
         (("name: ok\n", "name: ok\npairings: []\n"), "pairings", 2),
         (("ttt_depth: 2}", "ttt_depth: 9, seq_len: 10}"), "drafters[0].train", 8),
+        (  # validation decoding past the positions the curve measured: the prediction says nothing there
+            ("name: ok\n", "name: ok\nevaluation: {continuation_len: 16}\nvalidation:\n  new_tokens: 32\n"),
+            "validation.new_tokens",
+            4,
+        ),
     ],
 )
 def test_each_error_names_its_field_and_line(change, field, line):
@@ -77,6 +82,11 @@ def test_each_error_names_its_field_and_line(change, field, line):
     assert len(msgs) == 1, msgs
     assert msgs[0].startswith(f"{field}:"), msgs
     assert msgs[0].endswith(f"(line {line})"), msgs
+
+
+def test_validation_may_decode_as_far_as_the_curve_measured():
+    spec = parse_spec(GOOD + "evaluation: {continuation_len: 16}\nvalidation: {new_tokens: 16}\n")
+    assert spec.validation.new_tokens == spec.evaluation.continuation_len == 16
 
 
 def test_all_errors_at_once():

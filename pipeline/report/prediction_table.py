@@ -1,0 +1,80 @@
+"""How close the prediction came, per validated pairing at its chosen depth: the bias, whether the
+prediction interval for the validation's own sample covered the measurement, and the factor
+(tokens per pass, or pass cost) the bias comes from (pipeline/core/prediction_check.py)."""
+
+from __future__ import annotations
+
+from pipeline.core.prediction_check import PredictionCheck, prediction_checks
+from pipeline.report.figures import LEVEL
+from pipeline.report.tables import ReportTable
+
+CLOSE = 0.05  # a prediction within 5% of the measurement counts as close
+
+
+def pairing_checks(pairing) -> list[PredictionCheck]:
+    """Every depth of a validated pairing ([] without a curve, a depth choice or a validation)."""
+    if not (pairing.measured and pairing.selected and pairing.validated):
+        return []
+    selected, check = pairing.selected, pairing.validated.speedup_check
+    primary = pairing.measured.primary
+    depths = len(check.measured_speedup)
+    cost = selected.pass_cost or [k * selected.choice.cost_ratio + 1.0 for k in range(depths)]
+    return prediction_checks(
+        primary.curve,
+        walks=primary.walks,
+        per_prompt=primary.per_prompt,
+        pass_cost=cost,
+        measured_speedup=check.measured_speedup,
+        engine_accept_len=check.engine_accept_len,
+        sample_prompts=pairing.held_out_prompts or 0,
+        level=LEVEL,
+        seed=pairing.jobs.get("select_depth", {}).get("seed", 0),
+    )
+
+
+def _factor(value: float) -> str:
+    return f"{value - 1.0:+.1%}"
+
+
+def prediction_table(pairings) -> ReportTable | None:
+    """One row per validated pairing at its chosen depth (None when no pairing has one)."""
+    rows = []
+    for p in pairings:
+        checks = pairing_checks(p)
+        if not checks:
+            continue
+        check = p.validated.speedup_check
+        c = checks[check.chosen_depth]
+        sample = f"{p.held_out_prompts} prompts" if p.held_out_prompts else "the curve's prompts"
+        rows.append(
+            (
+                p.label,
+                str(c.depth),
+                f"{c.predicted:.3f} [{c.lo:.3f}, {c.hi:.3f}]",
+                sample,
+                f"{c.measured:.3f}",
+                f"{c.bias:+.1%}",
+                _factor(c.acceptance_factor),
+                _factor(c.cost_factor),
+                ("within 5%" if abs(c.bias) <= CLOSE else "off by more than 5%")
+                + (", covered" if c.covered else ", outside the interval"),
+            )
+        )
+    if not rows:
+        return None
+    return ReportTable(
+        f"Prediction against measurement at the chosen depth (batch size 1, {LEVEL:.0%} prediction interval "
+        "for the validation's sample of prompts)",
+        (
+            "pairing",
+            "k",
+            "predicted",
+            "interval for",
+            "measured",
+            "bias",
+            "from tokens per pass",
+            "from pass cost",
+            "",
+        ),
+        tuple(rows),
+    )

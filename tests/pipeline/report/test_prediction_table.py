@@ -1,0 +1,69 @@
+"""The report's prediction-against-measurement table: bias, interval and the factor it comes from."""
+
+from types import SimpleNamespace
+
+from pipeline.core.acceptance import walk_accept_len
+from pipeline.core.types import Curve
+from pipeline.report.prediction_table import prediction_table
+
+WALKS = [
+    [(24, 24), (24, 15), (24, 12)],
+    [(24, 24), (24, 13), (24, 10)],
+    [(24, 24), (24, 16), (24, 13)],
+    [(24, 24), (24, 14), (24, 11)],
+]
+TOKENS = tuple(walk_accept_len(WALKS))
+COST = (1.0, 1.2, 1.4)
+
+
+def _pairing(label, engine_accept_len, measured, prompts=8, validated=True):
+    curve = Curve(
+        condition="template+bos",
+        temperature=0.0,
+        num_chains=96,
+        cond_accept=(0.6, 0.5),
+        survival=(0.6, 0.3),
+        accept_len=TOKENS,
+        decode_accept_len=TOKENS,
+    )
+    check = SimpleNamespace(measured_speedup=measured, engine_accept_len=engine_accept_len, chosen_depth=2)
+    return SimpleNamespace(
+        label=label,
+        measured=SimpleNamespace(primary=SimpleNamespace(curve=curve, walks=WALKS, per_prompt=())),
+        selected=SimpleNamespace(pass_cost=COST, choice=SimpleNamespace(cost_ratio=0.2)),
+        validated=SimpleNamespace(speedup_check=check) if validated else None,
+        jobs={"select_depth": {"seed": 0}},
+        held_out_prompts=prompts,
+    )
+
+
+def test_a_row_per_validated_pairing_with_the_bias_split_into_its_factors():
+    # the engine kept the curve's tokens per pass but its passes cost 10% more than the table said
+    slow = _pairing("t/slow", TOKENS, tuple(t / c / 1.1 for t, c in zip(TOKENS, COST)))
+    # the engine kept 10% fewer tokens per pass at the chosen depth, at the table's cost
+    fewer = (1.0, TOKENS[1], TOKENS[2] * 0.9)
+    short = _pairing("t/short", fewer, tuple(a / c for a, c in zip(fewer, COST)))
+    table = prediction_table([slow, short, _pairing("t/unvalidated", TOKENS, (1, 1, 1), validated=False)])
+    rows = {r[0]: r for r in table.rows}
+    assert set(rows) == {"t/slow", "t/short"}
+    header = table.header
+    s, f = dict(zip(header, rows["t/slow"])), dict(zip(header, rows["t/short"]))
+    assert s["k"] == "2" and s["bias"] == "-9.1%" and s["from tokens per pass"] == "+0.0%"
+    assert s["from pass cost"] == "-9.1%"
+    assert f["bias"] == "-10.0%" and f["from tokens per pass"] == "-10.0%" and f["from pass cost"] == "+0.0%"
+    assert s["predicted"].startswith(f"{TOKENS[2] / COST[2]:.3f} [")
+    assert s["interval for"] == "8 prompts"
+    assert "off by more than 5%" in s[""] and "off by more than 5%" in f[""]
+
+
+def test_a_measurement_within_5_percent_and_inside_the_interval_says_so():
+    close = _pairing("t/close", TOKENS, tuple(t / c * 0.98 for t, c in zip(TOKENS, COST)))
+    (row,) = prediction_table([close]).rows
+    assert row[-1] == "within 5%, covered"
+    far = _pairing("t/far", TOKENS, tuple(t / c * 0.5 for t, c in zip(TOKENS, COST)))
+    (row,) = prediction_table([far]).rows
+    assert row[-1] == "off by more than 5%, outside the interval"
+
+
+def test_no_validated_pairing_gives_no_table():
+    assert prediction_table([_pairing("t/x", TOKENS, (1, 1, 1), validated=False)]) is None
