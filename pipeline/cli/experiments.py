@@ -33,17 +33,32 @@ from pipeline.errors import UserError
 
 
 def validate(spec: Annotated[Path, typer.Argument(help="Experiment YAML.")]):
-    """Check a spec; print every problem as `field.path: message (line N)`."""
+    """Check a spec, and what it loads as far as this machine can tell without loading it (hub ids
+    cached or reachable, drafters' configs against their targets'); print every problem as
+    `field.path: message (line N)`."""
     from pipeline.plan import build_plan
     from pipeline.spec import load_spec
     from pipeline.version import code_version
 
-    parsed, _ = load_spec(spec)
+    parsed, text = load_spec(spec)
+    check_offline(spec, parsed, text, parsed.runtime_env.env_vars if parsed.runtime_env is not None else {})
     plan = build_plan(parsed, code_version)
     out.print(
         f"[green]ok[/green] {spec}: {len(parsed.targets)} target(s), {len(parsed.drafters)} drafter(s), "
         f"{len(parsed.pairing_list())} pairing(s), {len(plan.jobs)} jobs"
     )
+
+
+def check_offline(spec: Path, parsed, text: str, env_vars: dict) -> None:
+    """Refuse, before anything runs, what this machine can tell will fail (a hub id neither cached nor
+    reachable under the workers' hub settings, a drafter whose config does not fit its target's)."""
+    from pipeline.core.hub_cache import HubAccess
+    from pipeline.errors import SpecError
+    from pipeline.offline_checks import offline_errors
+
+    problems = offline_errors(parsed, text, HubAccess.for_workers(env_vars))
+    if problems:
+        raise SpecError(str(spec), problems)
 
 
 def run(
@@ -91,6 +106,7 @@ def run(
     from pipeline.run.runtime_env import from_cli, merged
 
     runtime_env = merged(parsed.runtime_env, from_cli(runtime_env_json))
+    check_offline(spec, parsed, text, runtime_env.get("env_vars") or {})
     # a cluster to join, or a local one whose workers get a runtime_env of their own: started now,
     # as the timing jobs are planned for what its workers report
     joined = _ray_cluster(address, runtime_env) if address or os.environ.get("RAY_ADDRESS") or runtime_env else None
