@@ -3,11 +3,13 @@ at a batch size, or the error it stops with. Written from the engines' own code,
 specfleet's emitters, so that tests can hold what is emitted to what the engine will do.
 
 - vLLM: `SpeculativeConfig` (vllm/config/speculative.py) and the dynamic-depth lookup
-  (vllm/v1/spec_decode/dynamic/utils.py), releases 0.10.2-0.33.0.
+  (vllm/v1/spec_decode/dynamic/utils.py), releases 0.10.2-0.33.0, with the model runner that
+  serves a dense target by default (vllm/config/vllm.py `use_v2_model_runner`).
 - SGLang: server flags and the adaptive-steps routing (sglang/srt/speculative/
   adaptive_spec_params.py), releases 0.5.5-0.5.23.
 - TensorRT-LLM: `DecodingBaseConfig` and `draft_len_schedule` (tensorrt_llm/llmapi/llm_args.py).
 - transformers: the assistant's generation config in assisted generation.
+A config the engine starts with but runs badly raises Misbehaves; one it refuses, Refused.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from packaging.version import Version
 
 class Refused(Exception):
     """The engine stops at start-up with this error."""
+
+
+class Misbehaves(Exception):
+    """The engine starts with this config but serves it badly, as the message says."""
 
 
 def vllm(arg: str, version: str, batch_size: int) -> tuple[str, int]:
@@ -56,10 +62,7 @@ def vllm(arg: str, version: str, batch_size: int) -> tuple[str, int]:
     ranges = config.get("num_speculative_tokens_per_batch_size")
     if ranges is None:
         return method, k_max
-    # from 0.31 a draft model runs on the V2 model runner, whose draft-model speculator drafts
-    # num_speculative_tokens every step whatever the range says (seen on 0.32.0: 1.00 tokens per
-    # draft in a K=0 range)
-    ignores_ranges = method == "draft_model" and v >= Version("0.31.0")
+    ignores_ranges = _v2_drafts_every_token(method, v)
     ranges = sorted((tuple(r) for r in ranges), key=lambda r: r[0])
     if any(len(r) != 3 or r[0] <= 0 or r[1] < r[0] or r[2] < 0 for r in ranges) or ranges[0][0] != 1:
         raise Refused("bad num_speculative_tokens_per_batch_size")
@@ -70,6 +73,40 @@ def vllm(arg: str, version: str, batch_size: int) -> tuple[str, int]:
         if lo <= batch_size:
             k = depth
     return method, k_max if ignores_ranges else min(k, k_max)
+
+
+def _v2_drafts_every_token(method: str, v: Version) -> bool:
+    """Whether the V2 model runner serves this method here and its speculator drafts
+    num_speculative_tokens every step, whatever the step's K. The V2 runner takes per-batch-size
+    ranges from 0.25.0 (0.24 falls back to V1 for them) and serves draft models from 0.31.0; its
+    EAGLE speculator reads the step's K from 0.32.0 (`num_spec_tokens_to_schedule` in
+    v1/worker/gpu/model_runner.py), its draft-model speculator never (seen on 0.32.0: 1.00 tokens
+    per draft in a K=0 range)."""
+    if method == "draft_model":
+        return v >= Version("0.31.0")
+    return Version("0.25.0") <= v < Version("0.32.0")
+
+
+def vllm_cuda_graphs(arg: str, version: str) -> str:
+    """The CUDA-graph mode a decode step runs in: with per-batch-size ranges the V1 model runner
+    overrides full graphs to PIECEWISE (`_maybe_override_dynamic_sd_cudagraph_mode`); the V2
+    runner, which serves ranges from 0.25.0 (draft models from 0.31.0), captures full graphs per K."""
+    v = Version(version)
+    config = json.loads(shlex.split(arg)[1])
+    if not config.get("num_speculative_tokens_per_batch_size") or v < Version("0.24.0"):
+        return "FULL_AND_PIECEWISE"
+    v2 = v >= Version("0.31.0") if config.get("method") == "draft_model" else v >= Version("0.25.0")
+    return "FULL_AND_PIECEWISE" if v2 else "PIECEWISE"
+
+
+def drafts_at_depth_zero(engine: str, version: str) -> bool:
+    """Whether a batch size given no drafting still runs a drafter forward every step, so that
+    it costs more than plain decoding. vLLM: every release with per-batch-size ranges (the
+    proposer's first forward runs before it reads K, to keep the drafter's KV cache in step;
+    vLLM issue 49548). SGLang: every release with 0-step ranges (0.5.14 on), whose worker runs
+    draft-extend at 0 steps unless SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND is set."""
+    v = Version(version)
+    return {"vllm": v >= Version("0.24.0"), "sglang": v >= Version("0.5.14")}[engine]
 
 
 def vllm_draft_sampling(arg: str, version: str) -> str | None:
@@ -133,18 +170,42 @@ def sglang(
     union = sorted({s for c in slots.values() for s in c})
     if v >= Version("0.5.14") and steps not in union:
         raise Refused(f"--speculative-num-steps={steps} is not in the adaptive candidate_steps {union}")
+    explicit = cuda_graph_bs is not None
     if cuda_graph_bs is None and v < Version("0.5.14"):  # 0.5.13 routes by the default capture list
-        cuda_graph_bs = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8)]  # an H100's
-    size = batch_size
-    if cuda_graph_bs:
-        graphs = sorted(cuda_graph_bs)
-        at = bisect.bisect_left(graphs, batch_size)
-        size = graphs[at] if at < len(graphs) else batch_size
-    keys = sorted(slots)
-    slot = slots[keys[max(0, bisect.bisect_right(keys, size) - 1)]]
+        cuda_graph_bs = _SGLANG_H100_CAPTURE
+
+    def slot_of(size: int) -> list[int]:
+        if cuda_graph_bs:
+            graphs = sorted(cuda_graph_bs)
+            at = bisect.bisect_left(graphs, size)
+            size = graphs[at] if at < len(graphs) else size
+        keys = sorted(slots)
+        return slots[keys[max(0, bisect.bisect_right(keys, size) - 1)]]
+
+    if Version("0.5.15") <= v < Version("0.5.19"):
+        _sglang_logits_rows_fit(steps, union, slot_of, sorted(cuda_graph_bs) if explicit else None)
+    slot = slot_of(batch_size)
     if len(slot) != 1:
         raise AssertionError(f"slot candidates {slot}: the depth follows acceptance at run time")
     return algorithm, slot[0]
+
+
+_SGLANG_H100_CAPTURE = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8)]
+
+
+def _sglang_logits_rows_fit(steps: int, candidates: list[int], slot_of, explicit: list[int] | None) -> None:
+    """0.5.15-0.5.18 size the shared logits buffer for --speculative-num-draft-tokens (largest
+    capture size x (steps + 1) rows at top-k 1), but build a CUDA-graph state for every adaptive
+    candidate at start-up, each captured at the sizes routed to it (all of them without an
+    explicit --cuda-graph-bs-decode): a candidate that needs more rows stops the server (SGLang
+    issue 30549, fixed in 0.5.19)."""
+    graphs = explicit or _SGLANG_H100_CAPTURE
+    have = graphs[-1] * (steps + 1)
+    for s in candidates:
+        reach = [g for g in graphs if explicit is None or s in slot_of(g)]
+        need = max(reach, default=0) * (s + 1)
+        if need > have:
+            raise Refused(f"shared logits buffer holds {have} rows but caller needs {need}")
 
 
 def trtllm(text: str, version: str, batch_size: int) -> tuple[str, int]:
@@ -175,7 +236,14 @@ def trtllm(text: str, version: str, batch_size: int) -> tuple[str, int]:
         if schedule[keys[0]] != top:
             raise Refused("the smallest key's value must equal max_draft_len")
         at = bisect.bisect_left(keys, batch_size)
-        return kind, schedule[keys[at]] if at < len(keys) else 0
+        depth = schedule[keys[at]] if at < len(keys) else 0
+        if depth == 0:
+            # the worker skips the drafter at draft length 0, so the drafter's KV cache misses those
+            # positions and acceptance collapses once the batch shrinks (TensorRT-LLM PR 16888). Main
+            # since floors Draft_Target at 1 (min_runtime_draft_len) and keeps Eagle3's drafter warm
+            # at 0; no release read (to 1.4.0rc1) has either.
+            raise Misbehaves(f"batch size {batch_size} drafts nothing: the drafter's KV cache goes stale")
+        return kind, depth
     if 1 not in schedule or schedule[1] != top:  # lower bounds, key 1 required
         raise Refused("draft_len_schedule needs key 1 with the value max_draft_len")
     return kind, schedule[keys[bisect.bisect_right(keys, batch_size) - 1]]

@@ -15,8 +15,11 @@ and SGLang load; `specfleet autotune` (pipeline/autotune/tuning.py) uses both.
 Releases (`autotune --engine-version`; the default is the newest read: vLLM 0.33.0, SGLang
 0.5.23, TensorRT-LLM 1.2.1, transformers 5.24.0), and where each reads a depth per batch size:
 - vLLM 0.10.2 - 0.33.0: `num_speculative_tokens_per_batch_size` from 0.24.0 (inclusive
-  [lo, hi, k] ranges; a batch past the last range keeps its k; a draft model from 0.31.0 drafts
-  num_speculative_tokens at every batch size, so it gets the batch-size-1 depth and a note); at temperature above 0,
+  [lo, hi, k] ranges; a batch past the last range keeps its k; the V2 model runner drafts
+  num_speculative_tokens at every batch size for EAGLE-3 on 0.25.0-0.31.x and for a draft model
+  from 0.31.0, so those get the batch-size-1 depth and a note; ranges on the V1 runner (0.24.x,
+  draft models to 0.30.x) run PIECEWISE CUDA graphs, and a k=0 range still runs a drafter
+  forward, both noted); at temperature above 0,
   `draft_sample_method` (`probabilistic` for drafts sampled from q, `greedy` for argmax drafts)
   from 0.22.0 (`greedy` only in 0.21.0). Before 0.24.0: the batch-size-1 depth and a note
   (0.16-0.23 refuse unknown keys at start-up). `draft_model` before 0.15.0 is refused, and so is
@@ -24,12 +27,15 @@ Releases (`autotune --engine-version`; the default is the newest read: vLLM 0.33
 - SGLang 0.5.5 - 0.5.23: `--speculative-adaptive --speculative-adaptive-config FILE` from 0.5.13,
   its keys batch-size lower bounds, one candidate per range pinning the depth. Before 0.5.13 the
   batch-size-1 depth and a note (0.5.11-0.5.12 read one flat candidate list that moves with
-  acceptance); ranges with no drafting need 0.5.14; in 0.5.13 every range must end on a
-  CUDA-graph capture size (the router pads first); STANDALONE draft models get the static
-  depth (the server ignores adaptive mode for them).
+  acceptance); ranges with no drafting need 0.5.14 (they still run draft-extend, noted); in
+  0.5.13 every range must end on a CUDA-graph capture size (the router pads first); the steps
+  flag is the schedule's largest depth (0.5.15-0.5.18 stop at start-up when a candidate exceeds
+  it); STANDALONE draft models get the static depth (the server ignores adaptive mode for them).
 - TensorRT-LLM 1.0.0 - 1.4.0rc1: `draft_len_schedule` with lower-bound keys and key 1 from 1.2.0
-  (draft models only), with inclusive upper-bound keys (larger batches draft nothing, with a
-  note) from 1.3.0rc8, when EAGLE-3 reads it too. Before 1.2.0, and for EAGLE-3 before
+  (draft models only), with inclusive upper-bound keys from 1.3.0rc8, when EAGLE-3 reads it
+  too; there a batch that drafts nothing leaves the drafter's KV cache stale (to 1.4.0rc1), so
+  ranges chosen at 0 are written as 1, the largest key is the largest batch size, and notes
+  say so. Before 1.2.0, and for EAGLE-3 before
   1.3.0rc8, the batch-size-1 depth and a note; a schedule whose longest draft is not at the
   smallest batch sizes cannot be written. `Eagle3` from 1.3.0rc0 (`Eagle` before),
   `Draft_Target` for draft models.
@@ -63,10 +69,11 @@ engines run one tree at every batch size. The TensorRT-LLM tree boundaries are i
 pull-request dates.
 
 tests/support/engine_semantics.py re-implements each engine's reading of the config
-independently; the tests check, for vLLM, SGLang, TensorRT-LLM and transformers at 26 releases,
+independently; the tests check, for vLLM, SGLang, TensorRT-LLM and transformers at 34 releases,
 two methods and four schedules, that the depth the engine will run at every batch size from 1
 to the maximum is the depth specfleet chose (or the batch-size-1 depth with a note where the
-release cannot express the schedule), and read the trees back the same way.
+release cannot express the schedule, or 1 where TensorRT-LLM cannot draft 0), and read the
+trees back the same way; tests/pipeline/autotune/test_engine_hazards.py checks the hazards.
 """
 
 from __future__ import annotations

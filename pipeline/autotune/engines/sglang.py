@@ -13,6 +13,13 @@ As read in the released wheels 0.5.5 to 0.5.23 (`sglang/srt/server_args.py`, fro
   key at or below that. One candidate pins the slot's depth (several make the chosen depth a
   range the policy moves in). A candidate of 0 (no drafting) is accepted from 0.5.14, where
   `--speculative-num-steps` must also be one of the candidates.
+- At 0 steps the worker still runs draft-extend each step, keeping the drafter's KV cache warm
+  (`eagle_worker_v2.py`; SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND skips it and leaves the cache
+  stale): such a range costs more than plain decoding, noted.
+- 0.5.15-0.5.18 size the shared logits buffer (`model_executor/graph_shared_output.py`) for
+  `--speculative-num-draft-tokens` but capture a CUDA-graph state for every adaptive candidate at
+  start-up: a candidate above `--speculative-num-steps` stops the server (issue 30549, fixed in
+  0.5.19, PR 35275). The steps and draft tokens are written from the schedule's largest depth.
 - The router pads a batch size up to the next CUDA-graph capture size before it picks the slot.
   In 0.5.13 that is the default capture list (1-8, 10-32 by 2, 40-64 by 4, 72-256 by 8, then by
   16), so a range must end on a capture size; from 0.5.14 only an explicit
@@ -108,7 +115,7 @@ def emit(
         if why:
             option = "--engine-version" if algorithm == "EAGLE3" else "--engine"  # no release helps a draft model
             schedule, notes = batch1(schedule, NAME, version, why, option)
-    depth = schedule[0][2]
+    depth = max(k for _, _, k in schedule)  # the largest candidate: 0.5.15-0.5.18 size a buffer by it
     flags = [
         "--speculative-algorithm",
         algorithm,
@@ -133,6 +140,12 @@ def emit(
             notes += (
                 f"sglang: pass no --cuda-graph-bs-decode, or one that lists {ends}: the server pads a batch to "
                 "that list before it picks the depth",
+            )
+        zero = [f"{lo}-{hi}" for lo, hi, k in schedule if k == 0]
+        if zero:
+            notes += (
+                f"sglang: batch sizes {', '.join(zero)} (0 steps) still run the drafter's draft-extend pass each "
+                "step to keep its KV cache warm, so they cost more than plain decoding",
             )
     notes += unset_sampling(NAME, draft_sampling)
     return Emitted(text=" ".join(shlex.quote(f) for f in flags), files=files, notes=tree_notes + notes)

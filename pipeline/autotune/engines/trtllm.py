@@ -14,6 +14,12 @@ marked "inferred" come from merge and release dates, not from tags:
   for draft-model (two-model) speculation; the one-model EAGLE-3 path reads it from 1.3.0rc8.
   From 1.3.0rc8 (PR #10860, inferred) keys are inclusive upper bounds, a batch larger than the
   largest key drafts nothing, and the smallest key's value must equal `max_draft_len`.
+- drafting nothing, from 1.3.0rc8 to 1.4.0rc1 (the newest read): the worker then skips the
+  drafter, whose KV cache misses those positions, and acceptance silently collapses once the
+  batch shrinks and drafting resumes (PR #16888). Main since floors the depth at
+  `min_runtime_draft_len` (1 for Draft_Target; 0 for Eagle3, whose drafter it keeps warm), in
+  no release read. So a range chosen to draft nothing is written as 1, the largest key is the
+  schedule's largest batch size, and a note says to serve no larger batch.
 - trees for EAGLE-3 on the PyTorch backend: a static tree `eagle_choices` (a list of rank paths,
   deduplicated and sorted; a node without its parent is refused; `max_draft_len` is reset to its
   depth) on the two-model path (`eagle3_one_model: false`) from 1.2.0rc0 (PRs #7161 and #8586,
@@ -87,6 +93,9 @@ def emit(
                 version,
                 "draft_len_schedule must draft its longest at the smallest batch sizes, and this one rises",
             )
+        if at_least(version, SCHEDULE_UPPER_BOUNDS):
+            schedule, floor_notes = _floored(schedule, version)
+            notes += floor_notes
     top = max(k for _, _, k in schedule)
     spec = {
         "decoding_type": decoding_type,
@@ -95,19 +104,33 @@ def emit(
     }
     if not constant(schedule):
         if at_least(version, SCHEDULE_UPPER_BOUNDS):
-            ranges = list(schedule)
-            while ranges[-1][2] == 0:  # larger batches than the largest key draft nothing anyway
-                ranges.pop()
-            spec["draft_len_schedule"] = {hi: k for _, hi, k in ranges}
-            if ranges[-1] == schedule[-1]:
-                notes += (
-                    f"trtllm: batch sizes above {ranges[-1][1]} draft nothing (larger than the schedule's "
-                    "largest key); raise cost.max_batch_size to choose for them",
-                )
+            spec["draft_len_schedule"] = {hi: k for _, hi, k in schedule}
+            notes += (
+                f"trtllm {version}: serve with max_batch_size {schedule[-1][1]} or less: a larger batch drafts "
+                "nothing, which on this release leaves the drafter's KV cache stale",
+            )
         else:
             spec["draft_len_schedule"] = {lo: k for lo, _, k in schedule}
     notes += unset_sampling(NAME, draft_sampling)
     return Emitted(text=yaml.safe_dump({"speculative_config": spec}, sort_keys=False), notes=tree_notes + notes)
+
+
+def _floored(schedule: list[Range], version: Version) -> tuple[list[Range], tuple[str, ...]]:
+    """The schedule with each range chosen to draft nothing drafting 1 instead, and the note why."""
+    zero = [f"{lo}-{hi}" for lo, hi, k in schedule if k == 0]
+    if not zero:
+        return schedule, ()
+    floored: list[Range] = []
+    for lo, hi, k in schedule:
+        if floored and floored[-1][2] == max(k, 1):
+            floored[-1] = (floored[-1][0], hi, max(k, 1))
+        else:
+            floored.append((lo, hi, max(k, 1)))
+    return floored, (
+        f"trtllm {version}: batch sizes {', '.join(zero)} were chosen to draft nothing and are written as 1: "
+        "a batch that drafts nothing leaves the drafter's KV cache stale here, and acceptance collapses once "
+        "the batch shrinks (PR 16888)",
+    )
 
 
 def _emit_tree(tree, decoding_type: str, model: str, version: Version, draft_sampling: str | None) -> Emitted:

@@ -12,11 +12,22 @@ released wheels 0.10.2 to 0.33.0:
   (sampled from q, verified with q) from 0.22.
 - `num_speculative_tokens_per_batch_size` from 0.24.0 (PR #32374): a list of inclusive
   [lo, hi, K] ranges, the first starting at 1, none overlapping; a gap or a batch size past
-  the last range keeps the previous range's K; K is capped at `num_speculative_tokens`. From
-  0.31.0 a draft model runs on the V2 model runner, whose draft-model speculator drafts
-  `num_speculative_tokens` every step and never reads the step's K: the ranges are accepted and
-  ignored (seen on 0.32.0 by specfleet's serving check: 1.00 tokens per draft in a K = 0 range).
-  A draft model there gets the batch-size-1 depth and a note.
+  the last range keeps the previous range's K; K is capped at `num_speculative_tokens`.
+- Which model runner serves the ranges (`VllmConfig.use_v2_model_runner`, vllm/config/vllm.py):
+  in 0.24 the V2 runner refuses them, so V1 does. From 0.25.0 V2 is the default for a dense
+  target (for every target from 0.30.0) and serves EAGLE ranges; it serves draft models from
+  0.31.0. V2's speculators draft `num_speculative_tokens` every step whatever the step's K
+  (v1/worker/gpu/spec_decode/autoregressive/speculator.py; the scheduler verifies K of them and
+  the rest is wasted) until 0.32.0, where the EAGLE one reads K (`num_spec_tokens_to_schedule`);
+  the draft-model one never does (seen on 0.32.0 by specfleet's serving check: 1.00 tokens per
+  draft in a K = 0 range). EAGLE-3 on 0.25.0-0.31.x and draft models from 0.31.0 therefore get
+  the batch-size-1 depth and a note.
+- The V1 runner overrides full CUDA graphs to PIECEWISE when ranges are set
+  (`_maybe_override_dynamic_sd_cudagraph_mode`): noted where ranges reach it (0.24.x, and draft
+  models to 0.30.x).
+- A K = 0 range still runs one drafter forward a step in every release (V1: the proposer's first
+  forward runs before it reads K, llm_base_proposer.py; V2 from 0.32: the speculator's prefill),
+  so those batch sizes cost more than plain decoding (vLLM issue 49548, open): noted.
 - `speculative_token_tree` from 0.10.1 to 0.20.x (removed in 0.21.0): a string holding a Python
   list of rank tuples, sorted breadth-first; `num_speculative_tokens` is its number of nodes. It
   is drafted only under the TREE_ATTN attention backend (`--attention-backend TREE_ATTN` from
@@ -50,6 +61,8 @@ NAME = "vllm"
 OLDEST, NEWEST = "0.10.2", "0.33.0"
 DEFAULT_VERSION = NEWEST
 PER_BATCH_SIZE = "0.24.0"
+V2_RUNNER = "0.25.0"  # the default runner (dense targets) serves per-batch-size ranges
+EAGLE_READS_DEPTH = "0.32.0"  # before it, the V2 runner's EAGLE speculator drafts num_speculative_tokens
 DRAFT_MODEL_FIXED_DEPTH = "0.31.0"  # a draft model drafts num_speculative_tokens at every batch size
 DRAFT_MODEL = "0.15.0"
 DRAFT_SAMPLE_METHOD = "0.22.0"  # greedy | probabilistic (0.21.0: greedy | gumbel)
@@ -122,17 +135,12 @@ def emit(
         schedule, notes = batch1(
             schedule, NAME, version, f"num_speculative_tokens_per_batch_size arrived in {PER_BATCH_SIZE}"
         )
-    elif not constant(schedule) and method == "draft_model" and at_least(version, DRAFT_MODEL_FIXED_DEPTH):
-        schedule, notes = batch1(
-            schedule,
-            NAME,
-            version,
-            f"from {DRAFT_MODEL_FIXED_DEPTH} a draft model drafts num_speculative_tokens at every batch size "
-            "(its per-batch-size ranges are accepted and ignored)",
-        )
+    elif not constant(schedule) and (why := _fixed_depth(method, version)):
+        schedule, notes = batch1(schedule, NAME, version, why)
     config = {"method": method, "model": model, "num_speculative_tokens": max(k for _, _, k in schedule)}
     if not constant(schedule):
         config["num_speculative_tokens_per_batch_size"] = [list(r) for r in schedule]
+        notes += _range_costs(schedule, method, version)
     if draft_sampling is not None:
         if at_least(version, DRAFT_SAMPLE_METHOD):
             config["draft_sample_method"] = "probabilistic" if draft_sampling == "sampled" else "greedy"
@@ -143,6 +151,41 @@ def emit(
     return Emitted(
         text="--speculative-config " + shlex.quote(json.dumps(config, separators=(",", ":"))), notes=tree_notes + notes
     )
+
+
+def _fixed_depth(method: str, version: Version) -> str | None:
+    """Why the model runner that serves this method in this release drafts num_speculative_tokens
+    at every batch size whatever its range says, or None."""
+    if method == "draft_model" and at_least(version, DRAFT_MODEL_FIXED_DEPTH):
+        return (
+            f"from {DRAFT_MODEL_FIXED_DEPTH} a draft model drafts num_speculative_tokens at every batch size "
+            "(its per-batch-size ranges are accepted and ignored)"
+        )
+    if method == "eagle3" and at_least(version, V2_RUNNER) and not at_least(version, EAGLE_READS_DEPTH):
+        return (
+            f"the V2 model runner (the default from {V2_RUNNER} for dense targets, from 0.30.0 for all) drafts "
+            f"num_speculative_tokens at every batch size until {EAGLE_READS_DEPTH} (VLLM_USE_V2_MODEL_RUNNER=0 runs "
+            "the ranges, on PIECEWISE CUDA graphs)"
+        )
+    return None
+
+
+def _range_costs(schedule: list[Range], method: str, version: Version) -> tuple[str, ...]:
+    """What per-batch-size ranges cost beyond the depths chosen: the V1 runner's PIECEWISE CUDA
+    graphs, and the drafter forward a K = 0 range still runs."""
+    notes: tuple[str, ...] = ()
+    if not at_least(version, DRAFT_MODEL_FIXED_DEPTH if method == "draft_model" else V2_RUNNER):
+        notes += (
+            f"vllm {version}: the V1 model runner serves per-batch-size ranges with PIECEWISE CUDA graphs "
+            "instead of full ones, so decode steps may run slower than the times the depths were chosen with",
+        )
+    zero = [f"{lo}-{hi}" for lo, hi, k in schedule if k == 0]
+    if zero:
+        notes += (
+            f"vllm: batch sizes {', '.join(zero)} (k=0) still run one drafter forward a step to keep its KV cache "
+            "in step (vLLM issue 49548), so they cost more than plain decoding",
+        )
+    return notes
 
 
 def _emit_tree(tree, *, model: str, method: str, version: Version) -> Emitted:

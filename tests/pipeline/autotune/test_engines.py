@@ -1,6 +1,7 @@
 """Engine configs: for every engine and release, the depth the engine runs at each batch size is
 the depth specfleet chose (or, where the release cannot express a schedule, the batch-size-1
-depth with a note saying so), as the engines' own reading of the config (engine_engine.py) says."""
+depth with a note saying so; TensorRT-LLM from 1.3.0rc8 drafts 1 where 0 was chosen), as the
+engines' own reading of the config (engine_semantics.py) says."""
 
 from __future__ import annotations
 
@@ -39,12 +40,15 @@ RELEASES = {
         "0.17.0",
         "0.23.0",
         "0.24.0",
+        "0.25.0",
+        "0.29.0",
         "0.30.0",
         "0.31.0",
+        "0.32.0",
         "0.33.0",
         "0.40.0",
     ],
-    "sglang": ["0.5.5", "0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.23"],
+    "sglang": ["0.5.5", "0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.15", "0.5.18", "0.5.19", "0.5.23"],
     "trtllm": ["1.0.0", "1.1.0", "1.2.0", "1.2.1", "1.3.0rc0", "1.3.0rc7", "1.3.0rc8", "1.4.0rc1"],
     "transformers": ["4.48.0", "5.24.0"],
 }
@@ -59,8 +63,9 @@ def runs_schedule(engine_name: str, version: str, schedule, method: str) -> bool
     zero = any(k == 0 for _, _, k in schedule)
     padded = v < V("0.5.14") and schedule == OFF_GRAPH
     falls = schedule[0][2] == max(k for _, _, k in schedule)
+    v2_drafts_all = v >= V("0.31.0") if method == "draft_model" else V("0.25.0") <= v < V("0.32.0")
     return {
-        "vllm": v >= V("0.24.0") and (method == "eagle3" or v < V("0.31.0")),
+        "vllm": v >= V("0.24.0") and not v2_drafts_all,
         "sglang": method == "eagle3" and v >= V("0.5.13") and (not zero or v >= V("0.5.14")) and not padded,
         "trtllm": v >= V("1.2.0") and falls and (method == "draft_model" or v >= V("1.3.0rc8")),
         "transformers": False,
@@ -99,10 +104,11 @@ def test_the_engine_runs_the_chosen_depth_at_every_batch_size(engine_name, versi
     as_chosen = runs_schedule(engine_name, version, schedule, method)
     fallback = [n for n in emitted.notes if "batch-size-1 depth" in n]
     assert bool(fallback) == (not as_chosen), emitted.notes
+    floor = 1 if engine_name == "trtllm" and V(version) >= V("1.3.0rc8") else 0  # drafting nothing goes stale
     sizes = range(1, schedule[-1][1] + 1) if engine_name != "transformers" else [1]
     for b in sizes:  # every batch size the schedule covers (TensorRT-LLM drafts nothing past its largest key)
         want = next(k for lo, hi, k in schedule if lo <= b <= hi) if as_chosen else schedule[0][2]
-        assert depth_in_engine(engine_name, version, emitted, b, tmp_path) == want, (b, emitted.text)
+        assert depth_in_engine(engine_name, version, emitted, b, tmp_path) == max(want, floor), (b, emitted.text)
     if engine_name == "vllm":  # the method the engine runs is the one chosen
         assert engine.vllm(emitted.text, version, 1)[0] == method
     newer = V(version) > V(
@@ -115,7 +121,8 @@ def test_the_interpreters_catch_what_the_old_emitters_wrote(tmp_path):
     """What specfleet printed before engine releases were modelled, read by the engines."""
     # TensorRT-LLM upper-bound keys read by a lower-bound release: batch sizes 2-8 draft 5, not ...
     old = "speculative_config:\n  decoding_type: Eagle3\n  max_draft_len: 5\n  draft_len_schedule: {1: 5}\n"
-    assert engine.trtllm(old, "1.3.0rc8", 2) == ("Eagle3", 0)  # every batch size above 1 drafts nothing
+    with pytest.raises(engine.Misbehaves, match="stale"):  # every batch size above 1 drafts nothing
+        engine.trtllm(old, "1.3.0rc8", 2)
     with pytest.raises(engine.Refused):
         engine.trtllm(old.replace("Eagle3", "DraftTarget"), "1.4.0rc1", 1)
     # SGLang: [k-2, k-1, k] candidates make k a ceiling the policy moves under

@@ -36,7 +36,8 @@ def test_render_every_engine_from_a_schedule(tmp_path):
     trt = yaml.safe_load(render("trtllm", SCHEDULE, model="/d", method="draft_model").text)["speculative_config"]
     assert trt["draft_len_schedule"] == {1: 4, 9: 2, 33: 0} and trt["decoding_type"] == "Draft_Target"  # lower bounds
     trt = yaml.safe_load(render("trtllm", SCHEDULE, model="/d", method="eagle3", version="1.4.0rc1").text)
-    assert trt["speculative_config"]["draft_len_schedule"] == {8: 4, 32: 2}  # upper bounds; above 32 nothing
+    # upper bounds; 1.3.0rc8-1.4.0rc1 collapse acceptance after a tier that drafts nothing: 0 is written as 1
+    assert trt["speculative_config"]["draft_len_schedule"] == {8: 4, 32: 2, 256: 1}
 
 
 def test_static_depth_and_no_speculation():
