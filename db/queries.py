@@ -271,6 +271,8 @@ def job_summaries(session: Session, experiment_id: int | None) -> list[dict]:
             "started_at": iso(job.started_at),
             "finished_at": iso(job.finished_at),
             "error": job.error,
+            "owner": job.owner,  # the driver that claimed it last (db/owners.py)
+            "lease_until": iso(job.lease_until),  # until when that claim holds unless renewed (None: ended)
         }
         for job in session.scalars(statement)
     ]

@@ -234,37 +234,57 @@ def status(
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
 ):
-    """Experiments and their jobs (a failed job's first error line; --job for all of it)."""
+    """Experiments and their jobs (a failed job's first error line; --job for all of it). A job
+    recorded as running whose driver is gone or whose lease ran out shows as stale, with why."""
+    from datetime import UTC, datetime
+
+    from pipeline.run.abandoned import shown_status
+
     store = read_store(workdir, db)
+    now = datetime.now(UTC)
     try:
         if job is not None:
-            _show_job(store.jobs(), job)
+            _show_job([{**j, "status": shown_status(j, now)} for j in store.jobs()], job)
             return
         for exp in store.experiments():
-            c = exp["job_counts"]
+            jobs = store.jobs(exp["id"])
+            shown = [shown_status(j, now) for j in jobs]
+            stale = sum(s.startswith("stale: ") for s in shown)
+            c = {s: sum(j["status"] == s for j in jobs) for s in ("done", "running", "pending", "failed")}
             out.print(
                 f"[bold]{exp['name']}[/bold] id {exp['id']} spec {exp['spec_hash'][:10]} "
-                f"created {exp['created_at']}: done {c['done']}, running {c['running']}, "
-                f"pending {c['pending']}, failed {c['failed']}"
+                f"created {exp['created_at']}: done {c['done']}, running {c['running'] - stale}, "
+                + (f"stale {stale}, " if stale else "")
+                + f"pending {c['pending']}, failed {c['failed']}"
             )
             table = Table(show_header=True)
             for col in ("kind", "name", "status", "attempts", "seconds", "mlflow run", "error"):
                 table.add_column(col)
-            for j in store.jobs(exp["id"]):
+            for j, state in zip(jobs, shown):
                 secs = f"{j['duration_s']:.1f}" if j["duration_s"] is not None else ""
                 first = (j["error"] or "").split("\n", 1)[0] if j["status"] == "failed" else ""
                 table.add_row(
                     j["kind"],
                     j["name"],
-                    j["status"],
+                    Text(state),
                     str(j["attempts"]),
                     secs,
                     j["mlflow_run_id"] or "",
                     Text(first[:100]),
                 )  # plain text: an error may hold [brackets]
             out.print(table)
+            if stale:
+                out.print(Text(_resume_hint(exp["name"], stale)), soft_wrap=True)
     finally:
         store.close()
+
+
+def _resume_hint(experiment: str, stale: int) -> str:
+    return (
+        f"{stale} stale job(s) of {experiment}: their driver is gone or stopped renewing its lease. Run "
+        "its spec again (specfleet run SPEC) to resume: it takes them over, runs them again and reuses "
+        "every finished job."
+    )
 
 
 def _show_job(jobs: list[dict], wanted: str) -> None:
@@ -285,6 +305,8 @@ def _show_job(jobs: list[dict], wanted: str) -> None:
         "started_at",
         "finished_at",
         "mlflow_run_id",
+        "owner",
+        "lease_until",
     ):
         sys.stdout.write(f"{key}: {j[key] if j[key] is not None else ''}\n")
     if j["error"]:

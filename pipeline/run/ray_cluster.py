@@ -22,6 +22,7 @@ import ray
 
 from pipeline.errors import UserError
 from pipeline.run.resources import fit_on_nodes
+from pipeline.run.worker_code import with_code
 
 
 @ray.remote(num_cpus=0)
@@ -167,8 +168,9 @@ class RayCluster:
 
 
 def connect(address: str | None, runtime_env: dict | None = None) -> RayCluster:
-    """Join `address` (or RAY_ADDRESS), or start a local cluster in this process on loopback.
-    runtime_env: what Ray gives every worker process besides specfleet's code (pipeline/run/runtime_env.py)."""
+    """Join `address` (or RAY_ADDRESS), or start a local cluster in this process on loopback; either
+    way the workers run this process's specfleet code (pipeline/run/worker_code.py).
+    runtime_env: what Ray gives every worker process besides that code (pipeline/run/runtime_env.py)."""
     address = address or os.environ.get("RAY_ADDRESS")
     runtime_env = dict(runtime_env or {})
     if address and address.startswith(("http://", "https://")):
@@ -183,15 +185,10 @@ def connect(address: str | None, runtime_env: dict | None = None) -> RayCluster:
         unreachable = _unreachable(address)
         if unreachable:  # Ray itself would keep trying for minutes
             raise UserError(f"--address: cannot join Ray cluster at {address}: {unreachable}")
-        import db
-        import pipeline
-        import workers
-
-        # ship specfleet's own code (as folders: a submitted job's own runtime_env is merged with it);
-        # the nodes bring torch and the other dependencies
-        code = [os.path.dirname(m.__file__) for m in (pipeline, workers, db)]
+        # specfleet's own code travels (as folders: a submitted job's own runtime_env is merged with
+        # it); the nodes bring torch and the other dependencies
         try:
-            ray.init(address=address, log_to_driver=False, runtime_env={**runtime_env, "py_modules": code})
+            ray.init(address=address, log_to_driver=False, runtime_env=with_code(runtime_env))
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UserError(f"--address: cannot join Ray cluster at {address}: {_why(exc)}") from None
         cluster = RayCluster(started_here=False, address=address)
@@ -207,7 +204,7 @@ def connect(address: str | None, runtime_env: dict | None = None) -> RayCluster:
             log_to_driver=False,
             _node_ip_address="127.0.0.1",
             configure_logging=False,
-            runtime_env=runtime_env or None,
+            runtime_env=with_code(runtime_env),  # as on a joined cluster: never the started-in folder's
         )
         cluster = RayCluster(started_here=True, address="local")
     cluster.board = ProgressBoard.remote()
