@@ -27,8 +27,8 @@ Shared databases (db/store.py, db/owners.py):
   advisory lock per workload; on SQLite the write lock every transaction takes when it starts,
   `BEGIN IMMEDIATE`, in WAL mode with a 30 s busy timeout), so versions run 1, 2, ... with no
   gap and exactly one is active. The tests run 8 and 16 writer processes on each backend, and 8
-  concurrent `autotune --from-metrics` commands on a new database: every version stored, none
-  lost, no error.
+  concurrent `autotune --from-metrics` commands from one page on a new database: one version
+  stored, the other seven reuse it (db/production.py), no error.
 - Secrets are masked as `***` (db/secrets.py) wherever specfleet prints, logs or stores a
   connection string or an error: URL user info, `?password=` and other secret query
   parameters, libpq `password=...` strings, `NAME_TOKEN=value` pairs (and `PGPASSWORD`,

@@ -16,9 +16,10 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from db import writes
+from db import production, writes
 from db.errors import StoreError
 from db.owners import owner_gone
+from db.production import ProductionConfig, StoredVersion
 from db.queries import BEST_KEYS, DIAGNOSTIC_KEYS, SPEEDUP_KEYS, TUNED_KEYS, TUNED_OPTIONAL_KEYS
 from db.reports import Reports
 from db.rows import CheckRows, ChoiceRows, CurveRows, JobRows
@@ -30,9 +31,11 @@ if TYPE_CHECKING:  # only read through attributes, so db does not import pipelin
 __all__ = [
     "BEST_KEYS",
     "DIAGNOSTIC_KEYS",
+    "ProductionConfig",
     "SPEEDUP_KEYS",
     "Store",
     "StoreError",
+    "StoredVersion",
     "TUNED_KEYS",
     "TUNED_OPTIONAL_KEYS",
 ]
@@ -303,6 +306,19 @@ class Store(Reports):
             return writes.add_version(session, values, job_id=None, source="production")
 
         return self._write("add_production_config", body)
+
+    def ensure_production_config(self, config: ProductionConfig) -> StoredVersion:
+        """Store a production re-tune once per distinct input (db/production.py): the workload's
+        active version when it is a production version decided from the same inputs
+        (``config["inputs_sha256"]``), with nothing written; else ``config`` as a new version,
+        the workload's active one, as add_production_config adds it. Bad values raise StoreError
+        and write nothing."""
+        values = production.checked_production(config)
+
+        def body(session: Session):
+            return production.reuse_or_add(session, values)
+
+        return self._write("ensure_production_config", body)
 
 
 def _insert_ignore(session: Session, model: type[Base], values: dict) -> None:

@@ -368,3 +368,8 @@ class TunedConfig(Base):
     tree_chain_speedup: Mapped[float | None] = mapped_column(Float)
     # whether that tree was chosen at every profiled batch size (an engine runs one tree at all of them)
     tree_all_batches: Mapped[bool | None] = mapped_column(Boolean)
+    # a production version's inputs as one sha256 digest (the metrics' counters, the pairing, hardware,
+    # condition, temperature, cost ratio and what the choice read from the database, the code
+    # version): a re-tune from the same inputs reuses the active version instead of adding one.
+    # None: offline versions, and production versions stored before revision 0013
+    inputs_sha256: Mapped[str | None] = mapped_column(String(HASH_LEN))

@@ -317,16 +317,22 @@ def add_version(session: Session, values: dict, *, job_id: int | None, source: s
     which no row lock could cover); on SQLite the write lock every transaction takes at its start
     (db/engine.py). So versions are numbered 1, 2, ... with no gap and one stays active.
     """
-    workload = [getattr(TunedConfig, key) == values[key] for key in WORKLOAD_KEYS]
-    if session.get_bind().dialect.name == "postgresql":
-        key = _workload_lock([values[k] for k in WORKLOAD_KEYS])
-        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    workload = lock_workload(session, values)
     latest = session.scalar(select(func.max(TunedConfig.version)).where(*workload))
     version = (latest or 0) + 1
     session.execute(update(TunedConfig).where(*workload, TunedConfig.active).values(active=False))
     session.add(TunedConfig(job_id=job_id, version=version, active=True, source=source, **values))
     session.flush()  # so a bad experiment_id or a lost race fails here, inside this transaction
     return version
+
+
+def lock_workload(session: Session, values: dict) -> list:
+    """Wait for this workload's turn to write (see add_version; held until the transaction ends,
+    and taken again by the same transaction at no cost); the conditions that select its rows."""
+    if session.get_bind().dialect.name == "postgresql":
+        key = _workload_lock([values[k] for k in WORKLOAD_KEYS])
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    return [getattr(TunedConfig, key) == values[key] for key in WORKLOAD_KEYS]
 
 
 def _workload_lock(values: list) -> int:

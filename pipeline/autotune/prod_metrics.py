@@ -9,17 +9,19 @@ accepted tokens and the accepted tokens per draft position. Two scrapes give a w
 `specfleet autotune --engine E --from-metrics URL_OR_FILE [--from-metrics LATER] --drafter-path
 P [--cost-ratio C]` recovers `survival[j]` this way, recomputes the depth, re-derives the depth
 per batch size from the offline choice's batch-size costs (when it had them), stores the result
-as a new active `production` version, reports how far production survival is from the offline
-curve, and prints the engine config. It works for a deployment the database has never seen: the
-target comes from the metrics' `model_name`, the method from the drafter folder's `config.json`
-(or `--method`). Metrics that cannot give a curve are refused with one line: a position missing
-(seen from `num_draft_tokens / num_drafts` and from per-position counts not adding up to
+as a new active `production` version (unless the active one was decided from the same inputs,
+pipeline/autotune/retune_inputs.py: then it says it reused that one; `--dry-run` stores
+nothing), reports how far production survival is from the offline curve, and prints the engine
+config. It works for a deployment the database has never seen: the target comes from the
+metrics' `model_name`, the method from the drafter folder's `config.json` (or `--method`).
+Metrics that cannot give a curve are refused with one line: a position missing (seen from
+`num_draft_tokens / num_drafts` and from per-position counts not adding up to
 `num_accepted_tokens`); a server that drafted fewer tokens than its positions at some batch
 sizes (a per-batch-size depth: `num_draft_tokens` more than 1% short of `num_drafts` x
 positions, which would read as low survival at the deep positions); a counter that went
 backwards; no drafts. A source that is not a metrics page (over 64 MiB, not UTF-8, not answered
-in full within 30 s, NaN, infinite or negative counters, a position label that is not 0..255)
-is refused the same way.
+in full within 30 s, NaN, infinite or negative counters, a position label that is not 0..255) is
+refused the same way.
 """
 
 from __future__ import annotations

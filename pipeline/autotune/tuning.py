@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.autotune.engines import registry as engines
 from pipeline.core.artifacts import materialise
@@ -41,6 +42,9 @@ from pipeline.core.files import write_file
 from pipeline.core.schedule import check_schedule
 from pipeline.core.sources import looks_like_path
 from pipeline.errors import UserError
+
+if TYPE_CHECKING:
+    from db.store import ProductionConfig, StoredVersion
 
 ENGINES = engines.ENGINES
 
@@ -242,10 +246,11 @@ def render(
     config_dir: Path | None = None,
     draft_sampling: str | None = None,
     tree=None,
+    write_files: bool = True,
 ) -> engines.Emitted:
     """The engine config for one release (default: its current one), with the draft tree in place of
     the chain where that release runs it. Files it names (SGLang's adaptive steps) are written to
-    `config_dir`, whole or not at all."""
+    `config_dir`, whole or not at all; not at all without `write_files` (their text is in `files`)."""
     check_schedule(schedule)
     if max(k for _, _, k in schedule) == 0 and not tree:
         raise UserError(
@@ -268,7 +273,7 @@ def render(
         )
     except engines.EngineVersionError as exc:
         raise UserError(f"{exc.option}: {exc}") from None
-    for name, text in out.files.items():
+    for name, text in out.files.items() if write_files else ():
         write_file(folder / name, text)
     return out
 
@@ -287,6 +292,92 @@ def read_counters(sources: list[str], model_name: str | None):
     return counters
 
 
+@dataclasses.dataclass(frozen=True)
+class Retune:
+    """A production re-tune decided and not yet stored: the config the store is given, with the
+    digest of the inputs it was decided from (pipeline/autotune/retune_inputs.py), and how
+    production acceptance compares with the offline curve."""
+
+    config: ProductionConfig
+    report: str
+
+
+def decide_from_metrics(
+    store,
+    counters,
+    *,
+    model_name: str | None,
+    drafter: str,
+    cost_ratio: float | None,
+    hardware: str | None,
+    temperature: float,
+    code_version: str,
+) -> Retune:
+    """Production acceptance (`counters`, from read_counters) -> the 'production' tuned config it
+    implies. Reads `store` (None where there is no database yet: then no cost table, offline
+    choice or curve is stored) and writes nothing."""
+    from pipeline.autotune.prod_metrics import production_curve
+    from pipeline.autotune.retune_inputs import inputs_sha256
+    from pipeline.core.choice import choose_depth
+
+    target = counters.model_name or model_name
+    curve = production_curve(counters, temperature=temperature)
+    offline = [
+        r
+        for r in (store.best(target=target, drafter=drafter) if store is not None else [])
+        if r["source"] == "offline" and hardware in (None, r["hardware"])
+    ]
+    pass_cost, cost_note = None, f"Leviathan's model at c = {cost_ratio}"
+    given_ratio = cost_ratio is not None
+    hardware = hardware or (offline[0]["hardware"] if offline else None) or "production"  # the offline choice's
+    if cost_ratio is None:
+        if not offline:
+            raise UserError(f"--cost-ratio: no stored cost table for {target}/{drafter}; give the ratio")
+        cost_ratio = offline[0]["cost_ratio"]
+        curve, pass_cost, cost_note = _timed_passes(offline[0], curve, cost_ratio)
+    choice = choose_depth(curve, cost_ratio, pass_cost=pass_cost)
+    costed_by = None if given_ratio else offline[0]  # the offline choice whose costs this one reuses
+    batch_cost = _batch_costs(store, costed_by) if costed_by else None
+    if costed_by is None:
+        schedule, schedule_note = None, "one depth for every batch size (a given cost ratio has no batch-size costs)"
+    else:
+        schedule, schedule_note = _batch_schedule(costed_by, batch_cost, curve, choice.depth)
+    measured_to = costed_by.get("schedule_measured_to") if schedule else None
+    config: ProductionConfig = {
+        "target": target,
+        "drafter": drafter,
+        "hardware": hardware,
+        "condition": curve.condition,
+        "temperature": temperature,
+        "depth": choice.depth,
+        "accept_len": choice.accept_len,
+        "speedup": choice.speedup,
+        "cost_ratio": cost_ratio,
+        "code_version": code_version,
+        "decode_accept_len": choice.decode_accept_len,
+        "cost_model": choice.cost_model,
+        "pass_cost": list(pass_cost) if pass_cost is not None else None,
+        "timed_by": costed_by.get("timed_by") if costed_by else None,
+        "schedule": [list(r) for r in schedule] if schedule else None,
+        "schedule_measured_to": min(measured_to, schedule[-1][1]) if measured_to else None,
+        "notes": f"from {int(counters.num_drafts)} verified drafts of {len(curve.survival)} positions; {cost_note}; "
+        f"{schedule_note}",
+        "inputs_sha256": inputs_sha256(
+            counters,
+            target=target,
+            drafter=drafter,
+            hardware=hardware,
+            condition=curve.condition,
+            temperature=temperature,
+            given_cost_ratio=cost_ratio if given_ratio else None,
+            costed_by=costed_by,
+            batch_cost=batch_cost,
+            code_version=code_version,
+        ),
+    }
+    return Retune(config, f"{_drift_report(store, target, drafter, curve)}; {schedule_note}")
+
+
 def from_metrics(
     store,
     counters,
@@ -298,73 +389,52 @@ def from_metrics(
     temperature: float,
     code_version: str,
 ) -> tuple[dict, str]:
-    """Production acceptance (`counters`, from read_counters) -> a new active 'production' tuned
-    config. Returns (row, drift report)."""
-    from pipeline.autotune.prod_metrics import production_curve
-    from pipeline.core.choice import choose_depth
-
-    target = counters.model_name or model_name
-    curve = production_curve(counters, temperature=temperature)
-    offline = [
-        r
-        for r in store.best(target=target, drafter=drafter)
-        if r["source"] == "offline" and hardware in (None, r["hardware"])
-    ]
-    pass_cost, cost_note = None, f"Leviathan's model at c = {cost_ratio}"
-    given_ratio = cost_ratio is not None
-    hardware = hardware or (offline[0]["hardware"] if offline else None)  # the offline choice's, if any
-    if cost_ratio is None:
-        if not offline:
-            raise UserError(f"--cost-ratio: no stored cost table for {target}/{drafter}; give the ratio")
-        cost_ratio = offline[0]["cost_ratio"]
-        curve, pass_cost, cost_note = _timed_passes(offline[0], curve, cost_ratio)
-    choice = choose_depth(curve, cost_ratio, pass_cost=pass_cost)
-    if given_ratio or not offline:
-        schedule, schedule_note = None, "one depth for every batch size (a given cost ratio has no batch-size costs)"
-    else:
-        schedule, schedule_note = _batch_schedule(store, offline[0], curve, choice.depth)
-    measured_to = offline[0].get("schedule_measured_to") if schedule else None
-    version = store.add_production_config(
-        target=target,
+    """decide_from_metrics, stored once per distinct input: a new active 'production' version,
+    or the active one when it was decided from the same inputs. Returns (retune_row, drift report)."""
+    retune = decide_from_metrics(
+        store,
+        counters,
+        model_name=model_name,
         drafter=drafter,
-        hardware=hardware or "production",
-        condition=curve.condition,
-        temperature=temperature,
-        depth=choice.depth,
-        accept_len=choice.accept_len,
-        speedup=choice.speedup,
         cost_ratio=cost_ratio,
+        hardware=hardware,
+        temperature=temperature,
         code_version=code_version,
-        decode_accept_len=choice.decode_accept_len,
-        cost_model=choice.cost_model,
-        pass_cost=list(pass_cost) if pass_cost is not None else None,
-        timed_by=None if given_ratio else offline[0].get("timed_by"),
-        schedule=[list(r) for r in schedule] if schedule else None,
-        schedule_measured_to=min(measured_to, schedule[-1][1]) if measured_to else None,
-        notes=f"from {int(counters.num_drafts)} verified drafts of {len(curve.survival)} positions; {cost_note}; "
-        f"{schedule_note}",
     )
-    row = {
-        "target": target,
-        "drafter": drafter,
-        "depth": choice.depth,
-        "schedule": [list(r) for r in schedule] if schedule else None,
-        "version": version,
+    return retune_row(retune, store.ensure_production_config(retune.config)), retune.report
+
+
+def retune_row(retune: Retune, stored: StoredVersion | None) -> dict:
+    """What autotune prints a re-tune's engine config from, with the version it is stored as
+    (None: not stored) and whether that version was reused."""
+    config = retune.config
+    return {
+        "target": config["target"],
+        "drafter": config["drafter"],
+        "depth": config["depth"],
+        "schedule": config.get("schedule"),
+        "version": stored.version if stored else None,
+        "reused": stored.reused if stored else False,
     }
-    return row, f"{_drift_report(store, target, drafter, curve)}; {schedule_note}"
 
 
-def _batch_schedule(store, offline: dict, curve, depth: int) -> tuple[list | None, str]:
-    """(schedule or None, what was done): the depth per batch size re-derived from production
-    acceptance and the batch-size costs the offline choice was profiled with, over the batch
-    sizes the offline schedule covered. Batch size 1 keeps the production choice."""
-    from pipeline.core.choice import depth_per_batch
-    from pipeline.core.schedule import schedule_from_choices
+def _batch_costs(store, offline: dict):
+    """The batch-size costs the offline choice was profiled with (its cost job's CostProfile), or None."""
     from pipeline.run.record import finished
 
     # the cost job's result (profile_cost, or engine_cost where the serving engine timed it: both Profiled)
     profiled = finished(store, "profile_cost", offline["cost_job_hash"]) if offline.get("cost_job_hash") else None
-    cost = profiled.cost if profiled is not None else None
+    return profiled.cost if profiled is not None else None
+
+
+def _batch_schedule(offline: dict, cost, curve, depth: int) -> tuple[list | None, str]:
+    """(schedule or None, what was done): the depth per batch size re-derived from production
+    acceptance and the batch-size costs the offline choice was profiled with (`cost`, from
+    _batch_costs), over the batch sizes the offline schedule covered. Batch size 1 keeps the
+    production choice."""
+    from pipeline.core.choice import depth_per_batch
+    from pipeline.core.schedule import schedule_from_choices
+
     if cost is None or not cost.draft_ms_by_batch:
         note = "one depth for every batch size (the offline choice profiled no batch sizes)"
         if offline.get("schedule"):
@@ -397,7 +467,7 @@ def _timed_passes(row: dict, curve, cost_ratio: float):
 
 def _drift_report(store, target: str, drafter: str, curve) -> str:
     """How far production survival has moved from the offline curve, per depth both have."""
-    rows = store.curves(target=target, drafter=drafter)
+    rows = store.curves(target=target, drafter=drafter) if store is not None else []
     offline = (
         {r["depth"]: r["survival"] for r in rows if r["temperature"] == min(x["temperature"] for x in rows)}
         if rows

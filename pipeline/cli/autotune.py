@@ -1,5 +1,7 @@
 """`specfleet autotune`: a ready engine config for one pairing, from its active tuned config or
-from a serving engine's production metrics (stored as a new 'production' version)."""
+from a serving engine's production metrics (stored as a 'production' version once per distinct
+input: pipeline/autotune/retune_inputs.py; `--dry-run` stores nothing). A database is created
+only to store a version: a call that fails, or a dry run, leaves no database where none was."""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ from pipeline.cli.common import (
     DbOpt,
     WorkdirOpt,
     check_label,
+    db_url,
     err,
     in_range,
     open_store,
+    read_store,
 )
 from pipeline.errors import UserError
 
@@ -64,11 +68,15 @@ def autotune(
         str | None, typer.Option("--method", help="eagle3 | draft_model (default: the drafter's own).")
     ] = None,
     temperature: Annotated[float, typer.Option("--temperature", help="The deployment's sampling temperature.")] = 0.0,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="With --from-metrics: print the engine config, store and create nothing."),
+    ] = False,
     workdir: WorkdirOpt = Path(".specfleet"),
     db: DbOpt = None,
 ):
     """Print a ready engine config for one pairing: from its active tuned config, or from
-    production metrics (stored as a new 'production' version)."""
+    production metrics (stored as a 'production' version, once per distinct input)."""
     from pipeline.autotune import tuning as tune
     from pipeline.core.engine_names import canonical_engine
     from pipeline.version import code_version
@@ -82,18 +90,20 @@ def autotune(
         in_range("--cost-ratio", cost_ratio, 0.0, 1000.0, low_open=True)
     for option, value in (("--target", target), ("--drafter", drafter), ("--hardware", hardware), ("--model", model)):
         check_label(option, value)
+    if dry_run and not from_metrics:
+        raise UserError("--dry-run: only with --from-metrics (a config from a stored version stores nothing)")
     if from_metrics and drafter is None and drafter_path is not None:
         check_label("--drafter-path", Path(drafter_path).name, "its last part names the drafter; give --drafter NAME")
     counters = tune.read_counters(from_metrics, model) if from_metrics else None  # all read before a write
-    store = open_store(workdir, db)
     if from_metrics:
+        name = drafter or (Path(drafter_path).name if drafter_path else None)
+        if name is None or drafter_path is None:
+            raise UserError("--drafter-path: name the deployed drafter (its path goes into the config)")
+        store = None if _missing_sqlite_file(workdir, db) else open_store(workdir, db)  # made only to store
         try:
-            name = drafter or (Path(drafter_path).name if drafter_path else None)
-            if name is None or drafter_path is None:
-                raise UserError("--drafter-path: name the deployed drafter (its path goes into the config)")
             path, method = tune.drafter_path(store, {"target": model, "drafter": name}, workdir, drafter_path, method)
             tune.check_options(engine, engine_version, method, export_format, path)  # before a version is stored
-            row, report = tune.from_metrics(
+            retune = tune.decide_from_metrics(
                 store,
                 counters,
                 model_name=model,
@@ -103,18 +113,20 @@ def autotune(
                 temperature=temperature,
                 code_version=code_version(),
             )
+            if not dry_run:
+                store = store or open_store(workdir, db)
+            row = tune.retune_row(retune, None if dry_run else store.ensure_production_config(retune.config))
         finally:
-            store.close()
-        err.print(
-            f"stored production version {row['version']} for {row['target']}/{row['drafter']}: "
-            f"depth {row['depth']}; {report}",
-            markup=False,
-            soft_wrap=True,
-        )
+            if store is not None:
+                store.close()
+        err.print(f"{_stored_line(row)}: depth {row['depth']}; {retune.report}", markup=False, soft_wrap=True)
         if not _speculates(row):
             return
-        _print_config(engine, row, path=path, method=method, version=engine_version, workdir=workdir)
+        _print_config(
+            engine, row, path=path, method=method, version=engine_version, workdir=workdir, write_files=not dry_run
+        )
         return
+    store = read_store(workdir, db)  # a work directory without a database is said, not made into one
     try:
         row, note = tune.pick_version(
             store.best(target=target, drafter=drafter), hardware=hardware, condition=condition
@@ -129,10 +141,41 @@ def autotune(
     _print_config(engine, row, path=path, method=method, version=engine_version, workdir=workdir)
 
 
-def _print_config(engine: str, row: dict, *, path: str, method: str, version: str | None, workdir: Path) -> None:
+def _stored_line(row: dict) -> str:
+    """What became of a re-tune: stored as a new version, the active version reused, or (a dry run) neither."""
+    pairing = f"{row['target']}/{row['drafter']}"
+    if row["version"] is None:
+        return f"dry run: production version for {pairing} not stored"
+    if row["reused"]:
+        return f"reused production version {row['version']} for {pairing} (the active one, from the same inputs)"
+    return f"stored production version {row['version']} for {pairing}"
+
+
+def _missing_sqlite_file(workdir: Path, db: str | None) -> Path | None:
+    """The SQLite file the database URL names, when it does not exist yet (opening would create
+    it); None for one that exists, for PostgreSQL, for memory and for a URL that opening will refuse."""
+    from sqlalchemy import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from db.engine import normalize_url
+
+    try:
+        url = make_url(normalize_url(db_url(workdir, db)))
+    except (ArgumentError, ValueError):
+        return None
+    name = url.database
+    if url.get_backend_name() != "sqlite" or not name or name == ":memory:" or name.startswith("file:"):
+        return None
+    path = Path(name).expanduser()
+    return None if path.exists() else path
+
+
+def _print_config(
+    engine: str, row: dict, *, path: str, method: str, version: str | None, workdir: Path, write_files: bool = True
+) -> None:
     """The row's config for the engine on stdout (its tree when one is served: never for a
     production version, which has none); what the engine release could not express, and files it
-    reads, on stderr."""
+    reads, on stderr. Without `write_files` (a dry run) the files the config names are not written."""
     from pipeline.autotune import tuning as tune
     from pipeline.autotune.choice_row import sampling_of, schedule_of, tree_of, unmeasured_note
 
@@ -145,9 +188,14 @@ def _print_config(engine: str, row: dict, *, path: str, method: str, version: st
         config_dir=workdir / "engine-configs",
         draft_sampling=sampling_of(row),
         tree=tree_of(row),
+        write_files=write_files,
     )
     measured = unmeasured_note(row)
-    for note in emitted.notes + ((measured,) if measured else ()):
+    unwritten = tuple(
+        f"dry run: {(workdir / 'engine-configs' / name).resolve()} is not written; run without --dry-run to write it"
+        for name in (() if write_files else emitted.files)
+    )
+    for note in emitted.notes + ((measured,) if measured else ()) + unwritten:
         err.print(f"note: {note}", markup=False, soft_wrap=True)
     sys.stdout.write(emitted.text.rstrip("\n") + "\n")
 

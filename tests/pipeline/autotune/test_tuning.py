@@ -276,7 +276,7 @@ def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
     assert stored["hardware"] == "cpu 2t x1 float32"  # the hardware the timings belong to
     assert (stored["cost_model"], stored["pass_cost"]) == ("timed", [1.0, 1.5, 1.6, 1.7])
     # a second re-tune still costs passes as the offline choice did, not as the production version
-    # (which sorts first: condition "production" < "zdefault")
+    # (which sorts first: condition "production" < "zdefault"): the same inputs, so version 1 again
     row, _ = from_metrics(
         store,
         read_counters([str(scrape)], None),
@@ -287,7 +287,86 @@ def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
         temperature=0.0,
         code_version="v",
     )
-    assert row["depth"] == 3 and row["version"] == 2
+    assert (row["depth"], row["version"], row["reused"]) == (3, 1, True)
+    store.close()
+
+
+def test_a_retune_is_stored_again_only_when_what_it_read_changed(tmp_path):
+    """The same page again reuses the active version. The same page once the offline choice's
+    batch-size costs are in the database, or after a newer offline choice, decides anew: stored."""
+    from test_prod_metrics import MODEL, exposition
+
+    from db.store import Store
+    from pipeline.autotune.tuning import from_metrics, read_counters
+    from pipeline.core.contracts import Profiled
+    from pipeline.core.types import CostProfile
+
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    exp = store.ensure_experiment(name="e", spec_hash="s", spec_yaml="name: e\n", code_version="v")
+    cost = CostProfile(
+        "gpu",
+        1.0,
+        4.0,
+        5.2,
+        batch_sizes=(1, 8, 32),
+        draft_ms_by_batch=(1.0, 1.2, 2.0),
+        verify_ms_by_batch=((4.0, 4.4, 4.8, 5.2), (5.0, 6.5, 8.0, 9.5), (8.0, 14.0, 20.0, 26.0)),
+        pass_ms=(4.0, 6.0, 6.4, 6.8),
+    )
+    store.link_job(exp, job_hash="cost-1", kind="profile_cost", name="cost-1", config={})  # not done yet
+    for select in ("select-1", "select-2"):
+        store.link_job(exp, job_hash=select, kind="select_depth", name=select, config={})
+    tuned = dict(
+        experiment_id=exp,
+        target=MODEL,
+        drafter="eagle3-prod",
+        hardware="gpu",
+        condition="template+bos",
+        temperature=0.0,
+        depth=3,
+        accept_len=2.0,
+        speedup=1.3,
+        cost_ratio=0.25,
+        spec_hash="s",
+        code_version="v",
+        mlflow_run_id="r",
+        cost_job_hash="cost-1",
+        cost_model="timed",
+        pass_cost=cost.pass_cost,
+        schedule=[[1, 8, 3], [9, 64, 1]],
+    )
+    store.mark_running("select-1", mlflow_run_id=None)
+    store.mark_done("select-1", result={}, rows=ChoiceRows(tuned=tuned))
+    scrape = tmp_path / "m.txt"
+    scrape.write_text(exposition(100, 400, 150, [70, 45, 25, 10]))
+
+    def retune() -> tuple:
+        row, _ = from_metrics(
+            store,
+            read_counters([str(scrape)], None),
+            model_name=None,
+            drafter="eagle3-prod",
+            cost_ratio=None,
+            hardware=None,
+            temperature=0.0,
+            code_version="v",
+        )
+        return row["version"], row["reused"], row["schedule"]
+
+    assert retune() == (1, False, None)  # the batch-size costs are not in the database: one depth
+    assert retune() == (1, True, None)
+    store.mark_running("cost-1", mlflow_run_id=None)
+    store.mark_done("cost-1", result=Profiled(cost=cost).model_dump(mode="json"))
+    assert retune() == (2, False, [[1, 1, 3], [2, 8, 1], [9, 64, 0]])  # the same page, read with the costs
+    assert retune() == (2, True, [[1, 1, 3], [2, 8, 1], [9, 64, 0]])
+    store.mark_running("select-2", mlflow_run_id=None)
+    store.mark_done("select-2", result={}, rows=ChoiceRows(tuned={**tuned, "pass_cost": [1.0, 1.2, 1.3, 1.4]}))
+    assert retune()[:2] == (3, False)  # a newer offline choice, timed otherwise
+    assert [(r["version"], r["active"]) for r in store.best(history=True) if r["source"] == "production"] == [
+        (3, True),
+        (2, False),
+        (1, False),
+    ]
     store.close()
 
 
