@@ -197,7 +197,8 @@ def _print_config(
     )
     for note in emitted.notes + ((measured,) if measured else ()) + unwritten:
         err.print(f"note: {note}", markup=False, soft_wrap=True)
-    sys.stdout.write(emitted.text.rstrip("\n") + "\n")
+    if emitted.text:  # nothing to configure: serve without speculative settings (a note says so)
+        sys.stdout.write(emitted.text.rstrip("\n") + "\n")
 
 
 def _speculates(row: dict) -> bool:

@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.table import Table
 
 from pipeline.core.types import Curve
-from pipeline.report.words import counted
+from pipeline.core.words import counted
 
 
 def pyplot():

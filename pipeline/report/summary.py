@@ -13,12 +13,12 @@ import html
 from dataclasses import dataclass
 
 from pipeline.autotune.choice_row import choice_row, extrapolated, schedule_of, tree_of
+from pipeline.core.words import counted
 from pipeline.report.engine_flags import CONFIG_DIR, DRAFTER_PATH, SERVED_AS, EngineFlags, engine_flags, speculates
 from pipeline.report.figures import LEVEL
 from pipeline.report.plots import tree_label
 from pipeline.report.prediction_table import pairing_checks
 from pipeline.report.serving_table import share_text
-from pipeline.report.words import counted
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ class Emitted:
     text: str  # what the user passes to the engine: flags, a JSON argument or a YAML file's text
     files: dict[str, str] = field(default_factory=dict)  # file name -> content the text refers to
     notes: tuple[str, ...] = ()  # what this release could not express, and what was written instead
+    tree_written: bool = False  # the text runs the draft tree it was asked for (not the chain instead)
 
 
 def parse_version(engine: str, text: str, oldest: str) -> Version:
@@ -84,11 +85,13 @@ def batch1(
 def not_written(engine: str, version: Version, tree, why: str) -> tuple[str, ...]:
     """The note for a chosen tree that this release cannot run as chosen: the chain is written instead."""
     from pipeline.core.trees import check_tree, shape
+    from pipeline.core.words import counted
 
     sh = shape(check_tree(tree))
+    size = counted(sh.nodes, "draft token")
     return (
-        f"{engine} {version}: the chosen tree ({sh.nodes} draft tokens, depth {sh.depth}, top-{sh.topk}) is not "
-        f"written: {why}; written as the chain",
+        f"{engine} {version}: the chosen tree ({size}, depth {sh.depth}, top-{sh.topk}) is not written: {why}; "
+        "written as the chain",
     )
 
 

@@ -122,6 +122,15 @@ def emit(
         draft_sampling=draft_sampling,
         tree=tree,
     )
+    if tree is not None and not out.tree_written and max(k for _, _, k in schedule) == 0:
+        # the chain written instead of the tree drafts nothing: the engine's answer is no drafter at all
+        out = Emitted(
+            text="",
+            notes=(
+                *out.notes,
+                f"{engine} {v}: the chain drafts nothing (k=0 at every batch size); serve without speculative settings",
+            ),
+        )
     if v > Version(module.NEWEST):
         note = f"{engine} {v} is newer than the newest release read ({module.NEWEST}): written as for that one"
         out = dataclasses.replace(out, notes=(*out.notes, note))

@@ -52,6 +52,7 @@ from pipeline.autotune.engines.common import (
 )
 from pipeline.core.schedule import Range
 from pipeline.core.trees import check_tree, shape
+from pipeline.core.words import counted
 
 NAME = "sglang"
 OLDEST, NEWEST = "0.5.5", "0.5.23"
@@ -102,9 +103,11 @@ def emit(
             ]
             return Emitted(
                 text=" ".join(shlex.quote(f) for f in flags),
+                tree_written=True,
                 notes=(
-                    f"sglang: the server picks the {sh.nodes} draft tokens itself by the drafter's cumulative scores, "
-                    f"within {sh.depth} steps and top-{sh.topk}; the tree it drafts may differ from the one measured",
+                    f"sglang: the server picks the {counted(sh.nodes, 'draft token')} itself by the drafter's "
+                    f"cumulative scores, within {sh.depth} steps and top-{sh.topk}; the tree it drafts may differ "
+                    "from the one measured",
                     "sglang: with a paged KV cache (page size > 1) top-k > 1 needs the flashinfer, fa3 or triton "
                     "attention backend",
                 ),

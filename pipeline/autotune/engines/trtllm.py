@@ -149,4 +149,4 @@ def _emit_tree(tree, decoding_type: str, model: str, version: Version, draft_sam
         spec.update(eagle_choices=[list(n) for n in tree], eagle3_one_model=False)
         notes = (f"trtllm {version}: static trees run on the two-model EAGLE-3 path (eagle3_one_model: false)",)
     notes += unset_sampling(NAME, draft_sampling)
-    return Emitted(text=yaml.safe_dump({"speculative_config": spec}, sort_keys=False), notes=notes)
+    return Emitted(text=yaml.safe_dump({"speculative_config": spec}, sort_keys=False), notes=notes, tree_written=True)

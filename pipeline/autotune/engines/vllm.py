@@ -197,9 +197,10 @@ def _emit_tree(tree, *, model: str, method: str, version: Version) -> Emitted:
     }
     text = "--speculative-config " + shlex.quote(json.dumps(config, separators=(",", ":")))
     if at_least(version, BACKEND_FLAG):
-        return Emitted(text=text + " --attention-backend TREE_ATTN")
+        return Emitted(text=text + " --attention-backend TREE_ATTN", tree_written=True)
     return Emitted(
         text=text,
+        tree_written=True,
         notes=(
             f"vllm {version}: set VLLM_ATTENTION_BACKEND=TREE_ATTN in the server's "
             "environment: without it the tree is drafted as a chain",

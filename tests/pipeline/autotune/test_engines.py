@@ -240,3 +240,29 @@ def test_a_tree_with_a_depth_per_batch_size_or_a_draft_model_stays_a_chain(engin
             tree=TREE_EVEN,
         )
         assert any("only with EAGLE" in n for n in out.notes)
+
+
+@pytest.mark.parametrize(
+    "engine_name,version,method",
+    [
+        ("vllm", "0.33.0", "eagle3"),  # trees were removed in 0.21.0
+        ("sglang", "0.5.23", "draft_model"),  # trees only with EAGLE drafters
+        ("trtllm", "1.2.1", "draft_model"),
+        ("transformers", "5.24.0", "draft_model"),  # assisted generation drafts chains only
+    ],
+)
+def test_a_tree_a_release_cannot_run_over_a_chain_of_depth_0_is_no_drafter_at_all(engine_name, version, method):
+    """A tree can pay where no chain does (the served shape, chain depth 0); a release that cannot
+    run it must not write the chain in its place as a drafter drafting nothing."""
+    tree = [(0,)]
+    out = emit(engine_name, [(1, 64, 0)], model="/d", method=method, version=version, tree=tree)
+    assert out.text == "" and not out.files
+    assert "the chosen tree (1 draft token, depth 1, top-1) is not written" in out.notes[0]
+    assert out.notes[-1].endswith("the chain drafts nothing (k=0 at every batch size); serve without speculative settings")
+    chain = emit(engine_name, [(1, 64, 2)], model="/d", method=method, version=version, tree=tree)
+    assert chain.text and not chain.tree_written  # over a chain that drafts, the chain is written as before
+
+
+def test_a_tree_a_release_runs_is_written_even_over_a_chain_of_depth_0():
+    out = emit("vllm", [(1, 64, 0)], model="/d", method="eagle3", version="0.20.0", tree=[(0,), (1,)])
+    assert out.tree_written and '"num_speculative_tokens":2' in out.text

@@ -1,4 +1,4 @@
-"""Counts said in words in report text: "1 token", "2 tokens"."""
+"""Counts said in words in report and engine notes: "1 token", "2 tokens"."""
 
 from __future__ import annotations
 
