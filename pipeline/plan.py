@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from pipeline.core import contracts as c
 from pipeline.core.kinds import kind as job_kind
-from pipeline.core.settings import CostTiming, Validation
+from pipeline.core.settings import CostTiming, TimedPrompts, Validation
 from pipeline.spec import ExperimentSpec, Target
 
 
@@ -119,7 +119,7 @@ def build_plan(
             cost = add(
                 "profile_cost",
                 f"profile_cost {pair}",
-                {**models, "cost": timing, "max_depth": evaluation.max_depth},
+                {**models, "cost": timing, "max_depth": evaluation.max_depth, "prompts": TimedPrompts.of(evaluation)},
                 inputs,
                 t,
                 d,

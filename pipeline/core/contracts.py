@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from pipeline.core.files import Files
 from pipeline.core.model_settings import BuiltinTarget, DrafterSpec
-from pipeline.core.settings import CostTiming, Evaluation, Serving, TrainingData, Validation
+from pipeline.core.settings import CostTiming, Evaluation, Serving, TimedPrompts, TrainingData, Validation
 from pipeline.core.types import CostProfile, Curve, DepthChoice
 
 
@@ -105,6 +105,7 @@ class ProfileCostConfig(JobConfig):
     drafter: DrafterSpec
     cost: CostTiming
     max_depth: int
+    prompts: TimedPrompts  # the engine's whole iteration is timed decoding the curve's prompts
     device: str
     num_cpus: float  # timings depend on the threads and devices the job had
     num_gpus: float

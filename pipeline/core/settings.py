@@ -265,6 +265,34 @@ class Cost(CostTiming):
         return self.max_batch_size or self.batch_sizes[-1]
 
 
+class TimedPrompts(Strict):
+    """The prompts a profile_cost job times the engine's whole iteration on: the curve's own, of its
+    primary condition, each decoded as deep as the curve measured (what of the evaluation the cost
+    table depends on; another temperature or condition list re-times nothing)."""
+
+    corpus: Corpus
+    condition: str
+    num_prompts: int
+    prompt_len: int
+    long_context_len: int
+    answer_prefix: int
+    prompts: PromptsFile | None
+    new_tokens: int
+
+    @classmethod
+    def of(cls, evaluation: Evaluation) -> TimedPrompts:
+        return cls(
+            corpus=evaluation.corpus,
+            condition=evaluation.conditions[0],
+            num_prompts=evaluation.num_prompts,
+            prompt_len=evaluation.prompt_len,
+            long_context_len=evaluation.long_context_len,
+            answer_prefix=evaluation.answer_prefix,
+            prompts=evaluation.prompts,
+            new_tokens=evaluation.continuation_len,
+        )
+
+
 class Validation(Strict):
     """Run the real speculative engine at every depth and compare with the predicted speedup."""
 

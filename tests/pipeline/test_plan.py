@@ -242,3 +242,22 @@ def test_drafters_on_regenerated_text_share_one_text_and_one_feature_table_per_f
         before["regenerate t"] != after["regenerate t"]
         and before["train_drafter t/small"] != after["train_drafter t/small"]
     )
+
+
+def test_the_cost_table_times_the_engine_on_the_curves_prompts_and_depends_on_nothing_else_of_them():
+    plan = plan_of(BASE)
+    profile = next(j for j in plan.jobs if j.kind == "profile_cost")
+    curve = next(j for j in plan.jobs if j.kind == "measure_curve" and j.drafter == profile.drafter)
+    timed, evaluation = profile.config.prompts, curve.config.evaluation
+    assert profile.config.seed == curve.config.seed  # the same draw of prompts
+    assert (timed.num_prompts, timed.prompt_len, timed.new_tokens, timed.condition) == (
+        evaluation.num_prompts,
+        evaluation.prompt_len,
+        evaluation.continuation_len,
+        evaluation.conditions[0],
+    )
+    before = hashes(plan)
+    for change, retimed in (("temperatures", False), ("continuation_len", True), ("num_prompts", True)):
+        value = {"temperatures": [0.0, 1.0], "continuation_len": 12, "num_prompts": 5}[change]
+        after = hashes(plan_of(modified(["evaluation"], {"max_depth": 4, change: value})))
+        assert (after["profile_cost t/pre"] != before["profile_cost t/pre"]) is retimed, change

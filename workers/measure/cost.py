@@ -5,9 +5,10 @@ once and cropped back after every timed call), warm-up calls excluded, median of
 
 The cost ratio is c = draft_ms / decode_ms, both medians. Profiling also times one whole
 iteration of the real engine at every depth, `pass_ms[k]`: k drafter forwards, the verify pass
-and the engine's own bookkeeping (`pass_ms[0]` is a plain decode step), on random text with the
-depths interleaved. With `cost.batch_sizes` (say [1, 8, 32, 128]) it also times, at every batch
-size B, one drafter step and a target pass over k+1 new tokens for every k.
+and the engine's own bookkeeping (`pass_ms[0]` is a plain decode step), decoding the curve's own
+prompts as validation decodes its held-out ones, with the depths interleaved. With
+`cost.batch_sizes` (say [1, 8, 32, 128]) it also times, at every batch size B, one drafter step
+and a target pass over k+1 new tokens for every k.
 
 For draft trees (`cost.tree_budget`), per batch size: target passes over 1..tree_budget+1
 tokens under a tree mask and drafter passes over 1..tree_budget nodes, at every size up to 8,
@@ -62,6 +63,8 @@ def profile_cost(
     warmup: int,
     repeats: int,
     seed: int,
+    prompts: list[torch.Tensor],
+    new_tokens: int,
     batch_sizes: tuple[int, ...] = (1,),
     tree_budget: int = 0,
 ) -> CostProfile:
@@ -70,7 +73,8 @@ def profile_cost(
     With a tree budget, also the target over m = 1..max(tree_budget, max_depth) + 1 new tokens under
     a tree attention mask (the chain of every depth is costed as a tree too), one drafter pass over
     w = 1..tree_budget tree nodes per sequence (both timed at `timed_sizes`, the sizes between read
-    off a straight line), and at batch size 1 the tree engine's iteration.
+    off a straight line), and at batch size 1 the engine's (and the tree engine's) whole iteration,
+    decoding `prompts` (the curve's) `new_tokens` deep.
     `family` (workers/drafters/registry.py) knows how to time a step of `drafter` and how it proposes."""
     device = next(target.parameters()).device
     dtype = next(target.parameters()).dtype
@@ -87,14 +91,9 @@ def profile_cost(
             )
             tree_draft.append(filled({w: ms[f"tree_draft_{w}"] for w in timed_sizes(tree_budget)}))
     one = list(batch_sizes).index(1)
-    passes = engine_pass_ms(target, family.proposer(drafter), context_len, max_depth, warmup, repeats, seed, device)
-    tree_passes = (
-        engine_pass_ms(
-            target, family.proposer(drafter), context_len, max_depth, warmup, repeats, seed, device, trees=True
-        )
-        if tree_budget
-        else []
-    )
+    timing = dict(new_tokens=new_tokens, max_depth=max_depth, warmup=warmup, repeats=repeats, device=device)
+    passes = engine_pass_ms(target, family.proposer(drafter), prompts, **timing)
+    tree_passes = engine_pass_ms(target, family.proposer(drafter), prompts, **timing, trees=True) if tree_budget else []
     return CostProfile(
         hardware=hardware_id(device, dtype),
         draft_ms=draft_by_b[one],
@@ -136,50 +135,53 @@ def filled(times: dict[int, float]) -> tuple[float, ...]:
     return tuple(out + [times[sizes[-1]]])
 
 
-PASSES_PER_CALL = 4
-
-
 def engine_pass_ms(
     target,
     proposer,
-    context_len: int,
+    prompts: list[torch.Tensor],
+    *,
+    new_tokens: int,
     max_depth: int,
     warmup: int,
     repeats: int,
-    seed: int,
     device,
     trees: bool = False,
 ) -> list[float]:
     """Milliseconds of one iteration of the real engine at batch size 1, for k = 0..max_depth; with
     `trees`, of the tree engine drafting the chain of k as a tree (workers/decoding/tree_engine.py).
 
-    Each call decodes a few tokens greedily after a random context of context_len tokens; its
-    decoding time over its target passes is one sample (the prefill is not timed), and the
-    median over repeats, depths interleaved, is the figure. An iteration costs about the same
-    whatever is accepted, so random text times it as well as real text does, overheads included.
-    """
+    Timed as validation times the engine (workers/measure/speedup.py), on the curve's own prompts:
+    each prompt is decoded `new_tokens` deep (as deep as the curve measured) at every depth, the
+    depths rotated from prompt to prompt, until every depth has `repeats` decodes; the figure is the
+    median over decodes of a decode's seconds per target pass. Real text matters: the drafter's work
+    after a pass grows with what it accepted, and an iteration timed on random text after a long
+    context came out 5% or more cheaper, relative to a plain step, than validation then measured
+    (chat-8l/eagle3-post of the built-in fleet, 2026-12-06)."""
     from pipeline.core.trees import chain_tree
     from workers.decoding.chain import generate
     from workers.decoding.tree_engine import generate_tree
+    from workers.measure.speedup import time_decoders
 
-    def run(k: int, timing: dict):
+    def at_depth(k: int):
         if trees:
-            generate_tree(
-                target, proposer, ctx, max_new=PASSES_PER_CALL + 1, tree=chain_tree(k), temperature=0.0, timing=timing
-            )
-        else:
-            generate(target, proposer, ctx, max_new=PASSES_PER_CALL + 1, depth=k, temperature=0.0, timing=timing)
+            return lambda prompt, max_new, gen, timing: generate_tree(
+                target, proposer, prompt, max_new=max_new, tree=chain_tree(k), temperature=0.0, timing=timing
+            )[0]
+        return lambda prompt, max_new, gen, timing: generate(
+            target, proposer, prompt, max_new=max_new, depth=k, temperature=0.0, timing=timing
+        )[0]
 
-    vocab = target.get_output_embeddings().weight.shape[0]
-    ctx = torch.randint(3, vocab, (1, context_len), generator=torch.Generator().manual_seed(seed)).to(device)
-    samples: list[list[float]] = [[] for _ in range(max_depth + 1)]
-    for r in range(warmup + repeats):
-        for k in range(max_depth + 1):
-            timing: dict = {}
-            run(k, timing)
-            if r >= warmup:
-                samples[k].append(timing["decode_s"] * 1000.0 / timing["passes"])
-    return [statistics.median(s) for s in samples]
+    timed = time_decoders(
+        [at_depth(k) for k in range(max_depth + 1)],
+        prompts,
+        device,
+        new_tokens=new_tokens,
+        repeats=max(1, -(-repeats // len(prompts))),  # passes over the prompts: at least `repeats` decodes
+        warmup_prompts=min(warmup, len(prompts)),
+        temperature=0.0,
+        seed=0,
+    )
+    return [s * 1000.0 for s in timed["pass_s"]]
 
 
 def _profile_batch(

@@ -51,8 +51,9 @@ def time_decoders(
     """Time decoders side by side on the same prompts: each is `fn(prompt [1, P], max_new, gen, timing)`
     returning the tokens (workers/engine.generate's timing). The order is rotated from prompt to
     prompt. Returns lists aligned with `decoders`: tokens_per_s (tokens per pass pooled over every
-    pass, over the median seconds of one pass), accept_len, tokens, seconds; and greedy_mismatches:
-    at temperature 0, the prompts where some decoder's output differs from the first one's."""
+    pass, over the median seconds of one pass), pass_s (that median), accept_len, tokens, seconds;
+    and greedy_mismatches: at temperature 0, the prompts where some decoder's output differs from
+    the first one's."""
     n = len(decoders)
     seconds, tokens, passes = [0.0] * n, [0] * n, [0] * n
     pass_s: list[list[float]] = [[] for _ in range(n)]  # seconds per target pass, one entry per decode
@@ -76,6 +77,7 @@ def time_decoders(
     accept_len = [t / p for t, p in zip(tokens, passes)]
     return {
         "tokens_per_s": [a / statistics.median(s) for a, s in zip(accept_len, pass_s)],
+        "pass_s": [statistics.median(s) for s in pass_s],
         "accept_len": accept_len,
         "tokens": tokens,
         "seconds": seconds,

@@ -258,7 +258,7 @@ def test_a_tree_a_release_cannot_run_over_a_chain_of_depth_0_is_no_drafter_at_al
     out = emit(engine_name, [(1, 64, 0)], model="/d", method=method, version=version, tree=tree)
     assert out.text == "" and not out.files
     assert "the chosen tree (1 draft token, depth 1, top-1) is not written" in out.notes[0]
-    assert out.notes[-1].endswith("the chain drafts nothing (k=0 at every batch size); serve without speculative settings")
+    assert out.notes[-1].endswith("drafts nothing (k=0 at every batch size); serve without speculative settings")
     chain = emit(engine_name, [(1, 64, 2)], model="/d", method=method, version=version, tree=tree)
     assert chain.text and not chain.tree_written  # over a chain that drafts, the chain is written as before
 

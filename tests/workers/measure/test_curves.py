@@ -173,8 +173,10 @@ def test_sampled_curve_probabilities(tiny_target, tiny_drafters):
 def test_cost_profile_on_cpu(tiny_target, tiny_drafters):
     from workers.measure.cost import profile_cost
 
-    target, _, _ = tiny_target
+    target, tokenizer, _ = tiny_target
     drafter, _ = tiny_drafters["pre"]
+    # the engine's iteration is timed decoding real prompts, 6 tokens deep
+    prompts = [torch.tensor(tokenizer("def f(x):\n    return x + 1\n")["input_ids"]) for _ in range(2)]
     # the target's logits per call: a batch's context is never scored whole (an 8B target's logits over
     # 128 x 2048 tokens take 67 GB), only the new tokens of the timed passes
     shapes = []
@@ -189,6 +191,8 @@ def test_cost_profile_on_cpu(tiny_target, tiny_drafters):
             warmup=1,
             repeats=3,
             seed=0,
+            prompts=prompts,
+            new_tokens=6,
             batch_sizes=(1, 4),
             tree_budget=3,
         )

@@ -7,7 +7,7 @@ import torch
 
 from pipeline.core import contracts as c
 from pipeline.core.model_settings import Eagle3DrafterSpec, StandaloneDrafterSpec
-from pipeline.core.settings import CostTiming, Evaluation
+from pipeline.core.settings import CostTiming, Evaluation, TimedPrompts
 from workers.jobs.run import run_job
 
 DRAFTER = Eagle3DrafterSpec(
@@ -70,6 +70,7 @@ def test_drafter_trains_measures_and_profiles_on_a_local_hf_model(hf_folder):
             drafter=DRAFTER,
             cost=CostTiming(context_len=8, warmup=0, repeats=2),
             max_depth=3,
+            prompts=TimedPrompts.of(EVAL),
             num_cpus=1,
             num_gpus=0,
         ),
