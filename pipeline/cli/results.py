@@ -90,8 +90,9 @@ def report(
     db: DbOpt = None,
     mlflow: MlflowOpt = None,
 ):
-    """One HTML page of an experiment's stored results: tuned configs with provenance, acceptance and speedup
-    by depth with bootstrap intervals, drift diagnostics, conditions, trees. With OTHER, the two compared."""
+    """One HTML page of an experiment's stored results: a summary per pairing in words, tuned configs,
+    acceptance and speedup by depth with bootstrap intervals, drift diagnostics, conditions, trees,
+    and the provenance at the end. With OTHER, the two compared."""
     from pipeline.report.data import load_experiment
     from pipeline.report.page import comparison_page, experiment_page, slug
     from pipeline.run.tracking import Tracker
