@@ -1,11 +1,14 @@
 """How close the prediction came, per validated pairing at its chosen depth: the bias, whether the
 prediction interval for the validation's own sample covered the measurement, and the factor
-(tokens per pass, or pass cost) the bias comes from (pipeline/core/prediction_check.py)."""
+(tokens per pass, or pass cost) the bias comes from (pipeline/core/prediction_check.py); where a
+draft tree is served, its own row beside the chain's (no interval: trees are chosen on rank paths)."""
 
 from __future__ import annotations
 
+from pipeline.autotune.choice_row import choice_row, tree_of
 from pipeline.core.prediction_check import PredictionCheck, prediction_checks
 from pipeline.report.figures import LEVEL
+from pipeline.report.plots import tree_label
 from pipeline.report.tables import ReportTable
 
 CLOSE = 0.05  # a prediction within 5% of the measurement counts as close
@@ -60,6 +63,27 @@ def prediction_table(pairings) -> ReportTable | None:
                 + (", covered" if c.covered else ", outside the interval"),
             )
         )
+        tree = check.tree
+        if tree is not None and tree_of(choice_row(p.selected)) is not None:  # the tree is what is served
+            rows.append(
+                (
+                    "",
+                    f"tree of {tree_label(tree.trees[0])}",
+                    f"{tree.predicted_speedup[0]:.3f}",
+                    "",
+                    f"{tree.measured_speedup[0]:.3f}",
+                    f"{tree.measured_speedup[0] / tree.predicted_speedup[0] - 1:+.1%}",
+                    _factor(tree.engine_accept_len[0] / tree.decode_accept_len[0]),
+                    _factor(
+                        tree.decode_accept_len[0]
+                        / tree.predicted_speedup[0]
+                        / (tree.engine_accept_len[0] / tree.measured_speedup[0])
+                    ),
+                    "served; within 5%"
+                    if abs(tree.measured_speedup[0] / tree.predicted_speedup[0] - 1) <= CLOSE
+                    else "served; off by more than 5%",
+                )
+            )
     if not rows:
         return None
     return ReportTable(

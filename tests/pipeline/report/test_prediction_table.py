@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 from pipeline.core.acceptance import walk_accept_len
 from pipeline.core.types import Curve
+from pipeline.report import prediction_table as module
 from pipeline.report.prediction_table import prediction_table
 
 WALKS = [
@@ -26,7 +27,7 @@ def _pairing(label, engine_accept_len, measured, prompts=8, validated=True):
         accept_len=TOKENS,
         decode_accept_len=TOKENS,
     )
-    check = SimpleNamespace(measured_speedup=measured, engine_accept_len=engine_accept_len, chosen_depth=2)
+    check = SimpleNamespace(measured_speedup=measured, engine_accept_len=engine_accept_len, chosen_depth=2, tree=None)
     return SimpleNamespace(
         label=label,
         measured=SimpleNamespace(primary=SimpleNamespace(curve=curve, walks=WALKS, per_prompt=())),
@@ -67,3 +68,22 @@ def test_a_measurement_within_5_percent_and_inside_the_interval_says_so():
 
 def test_no_validated_pairing_gives_no_table():
     assert prediction_table([_pairing("t/x", TOKENS, (1, 1, 1), validated=False)]) is None
+
+
+def test_a_served_tree_gets_its_own_row_after_the_chains(monkeypatch):
+    pairing = _pairing("t/tree", TOKENS, tuple(t / c for t, c in zip(TOKENS, COST)))
+    pairing.validated.speedup_check.tree = SimpleNamespace(
+        trees=([(0,), (1,), (0, 0)],),
+        predicted_speedup=(1.20,),
+        measured_speedup=(1.08,),
+        decode_accept_len=(2.4,),
+        engine_accept_len=(2.4,),
+    )
+    monkeypatch.setattr(module, "choice_row", lambda selected: {})
+    monkeypatch.setattr(module, "tree_of", lambda row: [(0,), (1,), (0, 0)])
+    chain, tree = prediction_table([pairing]).rows
+    assert chain[0] == "t/tree" and tree[0] == ""
+    assert tree[1] == "tree of 3 tokens, depth 2, top-2" and tree[2:6] == ("1.200", "", "1.080", "-10.0%")
+    assert tree[6] == "+0.0%" and tree[7] == "-10.0%" and tree[8] == "served; off by more than 5%"
+    monkeypatch.setattr(module, "tree_of", lambda row: None)  # the chain is served: no tree row
+    assert len(prediction_table([pairing]).rows) == 1
