@@ -113,7 +113,8 @@ def test_a_drafter_trained_on_one_node_is_measured_on_another_without_a_shared_f
         cluster.remove_node(node_a)  # the node that trained it is gone, and its folders with it
         cluster.add_node(num_cpus=2, node_ip_address="127.0.0.1", env_vars=_node_dirs(second))
         cluster.wait_for_nodes()
-        remeasured = {**SPEC, "evaluation": {**SPEC["evaluation"], "num_prompts": 3}}
+        # another temperature: the curve is measured anew; the cost table, timed on the same prompts, is not
+        remeasured = {**SPEC, "evaluation": {**SPEC["evaluation"], "temperatures": [0.0, 1.0]}}
         again = _run(remeasured, driver, cluster.address, tracking)
         assert again.returncode == 0, again.stderr[-3000:]
         assert "2 ran, 3 reused, 0 failed" in again.stdout  # the models and timings reused, measured anew

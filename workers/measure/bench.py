@@ -20,7 +20,7 @@ import torch
 from workers.data.prompts import build_prompts
 from workers.decoding.chain import clock, generate
 from workers.measure.curves import measure_curves
-from workers.measure.speedup import time_decoders
+from workers.measure.decode_timer import time_decoders
 
 
 @contextmanager

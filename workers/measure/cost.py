@@ -160,7 +160,7 @@ def engine_pass_ms(
     from pipeline.core.trees import chain_tree
     from workers.decoding.chain import generate
     from workers.decoding.tree_engine import generate_tree
-    from workers.measure.speedup import time_decoders
+    from workers.measure.decode_timer import time_decoders
 
     def at_depth(k: int):
         if trees:

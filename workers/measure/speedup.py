@@ -11,13 +11,12 @@ on the machine then shifts no depth's figure, while acceptance stays exact.
 
 from __future__ import annotations
 
-import statistics
-
 import torch
 
 from pipeline.core.verdict import EngineBenchmark
 from workers.data.prompts import build_prompts
 from workers.decoding.chain import generate
+from workers.measure.decode_timer import time_decoders
 
 
 def validation_prompts(tokenizer, evaluation, validation, seed: int) -> list[torch.Tensor]:
@@ -35,54 +34,6 @@ def validation_prompts(tokenizer, evaluation, validation, seed: int) -> list[tor
         answer_prefix=evaluation.answer_prefix,
         prompts_file=evaluation.prompts,
     )[seen:]
-
-
-def time_decoders(
-    decoders: list,
-    prompts: list[torch.Tensor],
-    device,
-    *,
-    new_tokens: int,
-    repeats: int,
-    warmup_prompts: int,
-    temperature: float,
-    seed: int,
-) -> dict:
-    """Time decoders side by side on the same prompts: each is `fn(prompt [1, P], max_new, gen, timing)`
-    returning the tokens (workers/engine.generate's timing). The order is rotated from prompt to
-    prompt. Returns lists aligned with `decoders`: tokens_per_s (tokens per pass pooled over every
-    pass, over the median seconds of one pass), pass_s (that median), accept_len, tokens, seconds;
-    and greedy_mismatches: at temperature 0, the prompts where some decoder's output differs from
-    the first one's."""
-    n = len(decoders)
-    seconds, tokens, passes = [0.0] * n, [0] * n, [0] * n
-    pass_s: list[list[float]] = [[] for _ in range(n)]  # seconds per target pass, one entry per decode
-    gen = torch.Generator().manual_seed(seed)
-    for prompt in prompts[:warmup_prompts]:  # warm-up: allocator, kernels, caches
-        for fn in decoders:
-            fn(prompt[None].to(device), 8, gen, {})
-    mismatches = 0
-    for _ in range(repeats):
-        for i, prompt in enumerate(prompts):
-            outs = {}
-            for d in [*range(n)][i % n :] + [*range(n)][: i % n]:
-                timing: dict = {}
-                outs[d] = decoders[d](prompt[None].to(device), new_tokens, gen, timing)
-                pass_s[d].append(timing["decode_s"] / timing["passes"])
-                seconds[d] += timing["decode_s"]
-                tokens[d] += timing["tokens"]
-                passes[d] += timing["passes"]
-            if temperature == 0 and any(outs[d] != outs[0] for d in range(n)):
-                mismatches += 1
-    accept_len = [t / p for t, p in zip(tokens, passes)]
-    return {
-        "tokens_per_s": [a / statistics.median(s) for a, s in zip(accept_len, pass_s)],
-        "pass_s": [statistics.median(s) for s in pass_s],
-        "accept_len": accept_len,
-        "tokens": tokens,
-        "seconds": seconds,
-        "greedy_mismatches": mismatches,
-    }
 
 
 def engine_speedups(*, target, proposer, tokenizer, evaluation, validation, seed: int) -> EngineBenchmark:

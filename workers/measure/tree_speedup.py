@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from workers.decoding.chain import generate
 from workers.decoding.tree_engine import generate_tree
-from workers.measure.speedup import time_decoders, validation_prompts
+from workers.measure.decode_timer import time_decoders
+from workers.measure.speedup import validation_prompts
 
 
 def tree_benchmark(*, target, proposer, tokenizer, evaluation, validation, seed: int, trees, chain_depth: int) -> dict:

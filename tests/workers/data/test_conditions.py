@@ -7,7 +7,7 @@ import torch
 
 from pipeline.core.contracts import TargetRef, TrainTargetConfig
 from pipeline.core.model_settings import Eagle3DrafterSpec, StandaloneDrafterSpec
-from pipeline.core.settings import CostTiming, Evaluation
+from pipeline.core.settings import CostTiming, Evaluation, TimedPrompts
 from workers.data.chat import ASSISTANT, END, SYSTEM, USER, render, samples
 from workers.data.prompts import build_prompts
 from workers.jobs.run import run_job
@@ -153,6 +153,7 @@ def test_standalone_drafter_trains_measures_and_profiles(chat_target):
         drafter=spec,
         cost=CostTiming(context_len=16, warmup=1, repeats=3),
         max_depth=3,
+        prompts=TimedPrompts.of(evaluation),
     ).cost
     assert cost.draft_ms > 0
     assert len(cost.pass_ms) == 4 and all(p > 0 for p in cost.pass_ms)

@@ -3,7 +3,7 @@ as asked, every depth at least `repeats` times, the median seconds per target pa
 
 import torch
 
-from workers.measure import cost, speedup
+from workers.measure import cost, decode_timer
 
 
 def test_engine_pass_ms_decodes_the_given_prompts_as_validation_does(monkeypatch):
@@ -14,7 +14,7 @@ def test_engine_pass_ms_decodes_the_given_prompts_as_validation_does(monkeypatch
         assert temperature == 0.0
         return {"pass_s": [0.010 * (1 + k) for k in range(len(decoders))]}
 
-    monkeypatch.setattr(speedup, "time_decoders", fake)
+    monkeypatch.setattr(decode_timer, "time_decoders", fake)
     prompts = [torch.tensor([1, 2, 3]), torch.tensor([4, 5])]
     ms = cost.engine_pass_ms(
         None, None, prompts, new_tokens=24, max_depth=3, warmup=5, repeats=7, device=torch.device("cpu")
@@ -32,7 +32,7 @@ def test_time_decoders_reports_the_median_seconds_per_pass(monkeypatch):
 
         return run
 
-    timed = speedup.time_decoders(
+    timed = decode_timer.time_decoders(
         [decoder(4), decoder(2)],
         [torch.tensor([1])] * 3,
         torch.device("cpu"),
