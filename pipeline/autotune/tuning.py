@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from pipeline.autotune.engines import registry as engines
 from pipeline.core.artifacts import materialise
 from pipeline.core.files import write_file
+from pipeline.core.model_settings import SERVED_AS
 from pipeline.core.schedule import check_schedule
 from pipeline.core.sources import looks_like_path
 from pipeline.errors import UserError
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 ENGINES = engines.ENGINES
 
 
-METHODS = ("eagle3", "draft_model")  # what specfleet's drafters are served as (vLLM's method names)
+METHODS = tuple(SERVED_AS.values())  # what specfleet's drafters are served as (vLLM's method names)
 
 
 def pick_version(rows: list[dict], *, hardware: str | None, condition: str | None) -> tuple[dict, str | None]:

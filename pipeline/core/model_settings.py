@@ -27,6 +27,8 @@ from pipeline.core.settings import (
 from pipeline.core.sources import is_file, locate, looks_like_path
 
 DRAFTER_KINDS = ("eagle3", "standalone")
+# what serving engines call a drafter of each kind (vLLM's method names): each family's `method`
+SERVED_AS = {"eagle3": "eagle3", "standalone": "draft_model"}
 
 
 class TrainTarget(Strict):

@@ -14,13 +14,10 @@ from dataclasses import dataclass, field
 
 from pipeline.autotune.choice_row import choice_row, sampling_of, schedule_of, tree_of
 from pipeline.autotune.engines import registry
+from pipeline.core.model_settings import SERVED_AS
 
 DRAFTER_PATH = "DRAFTER_PATH"
 CONFIG_DIR = "engine-configs"
-
-# what the engines call a drafter of each kind: each family's `method`
-# (workers/drafters/<kind>/family.py), which loads torch when imported
-SERVED_AS = {"eagle3": "eagle3", "standalone": "draft_model"}
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import torch
 
 from pipeline.core.artifacts import folder_of
 from pipeline.core.contracts import Trained
+from pipeline.core.model_settings import SERVED_AS
 from workers.drafters.eagle3.chains import draft_all_chains, eagle_ranks, fuse_context
 from workers.drafters.eagle3.checkpoint import load_eagle3
 from workers.drafters.eagle3.layouts import checkpoint_folder, import_checkpoint
@@ -46,7 +47,7 @@ class EagleChains:
 
 class Eagle3Family:
     name = "eagle3"
-    method = "eagle3"  # what serving engines call a drafter of this family
+    method = SERVED_AS[name]  # what serving engines call a drafter of this family
 
     def load(self, spec, trained: Trained | None, target):
         """The trained drafter, or the checkpoint the spec names (`path`) read as it is."""

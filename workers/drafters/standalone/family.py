@@ -10,6 +10,7 @@ import torch
 
 from pipeline.core.artifacts import folder_of
 from pipeline.core.contracts import Trained
+from pipeline.core.model_settings import SERVED_AS
 from workers.drafters.standalone.chains import draft_chains_with_model, model_ranks
 from workers.drafters.standalone.proposer import ModelProposer
 from workers.models.features import cached_forward_states, tree_forward_states
@@ -34,7 +35,7 @@ class ModelChains:
 
 class StandaloneFamily:
     name = "standalone"
-    method = "draft_model"
+    method = SERVED_AS[name]
 
     def load(self, spec, trained: Trained | None, target):
         param = next(target.parameters())
