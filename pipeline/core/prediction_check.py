@@ -22,7 +22,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.core.acceptance import accept_len_from_survival, walk_accept_len
+from pipeline.core.acceptance import curve_from_prompt_rows, walk_accept_len
 from pipeline.core.choice import bands
 
 
@@ -48,13 +48,25 @@ class PredictionCheck:
         return self.lo <= self.measured <= self.hi
 
 
-def _pooled_walks(rows) -> list[float]:
-    return walk_accept_len(rows)
+def point_check(
+    depth: int, *, tokens: float, predicted: float, engine_tokens: float, measured: float, lo=None, hi=None
+) -> PredictionCheck:
+    """One prediction beside its measurement, with the two factors between them: `tokens` is the
+    tokens per pass the prediction used, `engine_tokens` what the engine kept (lo, hi: the interval,
+    the point itself without one)."""
+    return PredictionCheck(
+        depth=depth,
+        predicted=predicted,
+        lo=predicted if lo is None else lo,
+        hi=predicted if hi is None else hi,
+        measured=measured,
+        acceptance_factor=engine_tokens / tokens,
+        cost_factor=(tokens / predicted) / (engine_tokens / measured),
+    )
 
 
 def _pooled_rows(rows) -> list[float]:
-    chains = sum(r[0] for r in rows)
-    return accept_len_from_survival([sum(r[j] for r in rows) / chains for j in range(1, len(rows[0]))])
+    return list(curve_from_prompt_rows(rows, condition="", temperature=0.0).accept_len)
 
 
 def predictive_tokens(rows, pool, *, sample_prompts: int, n_boot: int, seed: int) -> list[list[float]]:
@@ -91,26 +103,22 @@ def prediction_checks(
     pass_cost[k] is the pass at depth k in plain decode steps, as the choice costed it."""
     decode = bool(curve.decode_accept_len)
     tokens = curve.decode_accept_len if decode else curve.accept_len
-    rows, pool = (walks, _pooled_walks) if decode else (per_prompt, _pooled_rows)
+    rows, pool = (walks, walk_accept_len) if decode else (per_prompt, _pooled_rows)
     depths = min(len(tokens), len(pass_cost), len(measured_speedup))
     if rows and len(rows) >= 2:
         boots = predictive_tokens(rows, pool, sample_prompts=sample_prompts, n_boot=n_boot, seed=seed)
         intervals = bands([[b[k] / pass_cost[k] for k in range(depths)] for b in boots], level)
     else:
         intervals = [(tokens[k] / pass_cost[k],) * 2 for k in range(depths)]
-    out = []
-    for k in range(depths):
-        predicted = tokens[k] / pass_cost[k]
-        measured_cost = engine_accept_len[k] / measured_speedup[k]
-        out.append(
-            PredictionCheck(
-                depth=k,
-                predicted=predicted,
-                lo=intervals[k][0],
-                hi=intervals[k][1],
-                measured=measured_speedup[k],
-                acceptance_factor=engine_accept_len[k] / tokens[k],
-                cost_factor=pass_cost[k] / measured_cost,
-            )
+    return [
+        point_check(
+            k,
+            tokens=tokens[k],
+            predicted=tokens[k] / pass_cost[k],
+            engine_tokens=engine_accept_len[k],
+            measured=measured_speedup[k],
+            lo=intervals[k][0],
+            hi=intervals[k][1],
         )
-    return out
+        for k in range(depths)
+    ]

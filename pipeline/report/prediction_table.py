@@ -6,7 +6,7 @@ draft tree is served, its own row beside the chain's (no interval: trees are cho
 from __future__ import annotations
 
 from pipeline.autotune.choice_row import choice_row, tree_of
-from pipeline.core.prediction_check import PredictionCheck, prediction_checks
+from pipeline.core.prediction_check import PredictionCheck, point_check, prediction_checks
 from pipeline.report.figures import LEVEL
 from pipeline.report.plots import tree_label
 from pipeline.report.tables import ReportTable
@@ -65,23 +65,25 @@ def prediction_table(pairings) -> ReportTable | None:
         )
         tree = check.tree
         if tree is not None and tree_of(choice_row(p.selected)) is not None:  # the tree is what is served
+            t = point_check(
+                0,
+                tokens=tree.decode_accept_len[0],
+                predicted=tree.predicted_speedup[0],
+                engine_tokens=tree.engine_accept_len[0],
+                measured=tree.measured_speedup[0],
+            )
+            close = "within 5%" if abs(t.bias) <= CLOSE else "off by more than 5%"
             rows.append(
                 (
                     "",
                     f"tree of {tree_label(tree.trees[0])}",
-                    f"{tree.predicted_speedup[0]:.3f}",
+                    f"{t.predicted:.3f}",
                     "",
-                    f"{tree.measured_speedup[0]:.3f}",
-                    f"{tree.measured_speedup[0] / tree.predicted_speedup[0] - 1:+.1%}",
-                    _factor(tree.engine_accept_len[0] / tree.decode_accept_len[0]),
-                    _factor(
-                        tree.decode_accept_len[0]
-                        / tree.predicted_speedup[0]
-                        / (tree.engine_accept_len[0] / tree.measured_speedup[0])
-                    ),
-                    "served; within 5%"
-                    if abs(tree.measured_speedup[0] / tree.predicted_speedup[0] - 1) <= CLOSE
-                    else "served; off by more than 5%",
+                    f"{t.measured:.3f}",
+                    f"{t.bias:+.1%}",
+                    _factor(t.acceptance_factor),
+                    _factor(t.cost_factor),
+                    f"served; {close}",
                 )
             )
     if not rows:
