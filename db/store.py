@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from db import production, writes
 from db.errors import StoreError
-from db.owners import owner_gone
+from db.owners import lease_holds
 from db.production import ProductionConfig, StoredVersion
 from db.queries import BEST_KEYS, DIAGNOSTIC_KEYS, SPEEDUP_KEYS, TUNED_KEYS, TUNED_OPTIONAL_KEYS
 from db.reports import Reports
@@ -157,10 +157,7 @@ class Store(Reports):
             held = {
                 j.job_hash: j.owner
                 for j in jobs
-                if j.owner not in (None, owner)
-                and j.lease_until is not None
-                and j.lease_until > now
-                and not owner_gone(j.owner)
+                if j.owner not in (None, owner) and lease_holds(j.owner, j.lease_until, now)
             }
             if held:
                 return held

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from db.owners import owner_gone
+from db.owners import lease_holds, owner_gone, owner_process
 
 
 def driver(owner: str) -> str:
     """'pid N on host H' for an owner id HOST:PID:RANDOM (the id as it is, when it is not one)."""
-    host, _, rest = owner.partition(":")  # read as db/owners.py `owner_gone` reads it
-    pid = rest.partition(":")[0]
-    return f"pid {pid} on host {host}" if host and pid.isdigit() else owner
+    host, pid = owner_process(owner)
+    return f"pid {pid} on host {host}" if host and pid is not None else owner
 
 
 def stale_reason(job: dict, now: datetime) -> str | None:
@@ -33,7 +32,7 @@ def stale_reason(job: dict, now: datetime) -> str | None:
     if owner_gone(owner):
         return f"driver gone ({driver(owner)})"
     lease = None if job["lease_until"] is None else datetime.fromisoformat(job["lease_until"])
-    if lease is not None and lease <= now:  # claim takes over a lease that is not after now
+    if lease is not None and not lease_holds(owner, lease, now):
         return f"lease expired at {lease.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC ({driver(owner)})"
     return None
 
