@@ -21,8 +21,7 @@ from pipeline.core.config_fit import ModelConfig, draft_model_misfits, eagle3_mi
 from pipeline.core.hub_cache import HubAccess, look_up, unreachable
 from pipeline.core.labels import shown
 from pipeline.core.sources import looks_like_path
-from pipeline.spec import ExperimentSpec
-from pipeline.yaml_lines import line_of
+from pipeline.spec import ExperimentSpec, located
 
 
 @dataclass(frozen=True)
@@ -37,11 +36,7 @@ class Loaded:
 def offline_errors(spec: ExperimentSpec, text: str, access: HubAccess) -> list[str]:
     """Every problem of `spec` (read from `text`) as `field.path: message (line N)`."""
     root = yaml.compose(text)
-    out = []
-    for loc, message in offline_problems(spec, access):
-        line = line_of(root, loc)
-        out.append(f"{_field(loc)}: {message}" + (f" (line {line})" if line else ""))
-    return out
+    return [located(root, loc, message) for loc, message in offline_problems(spec, access)]
 
 
 def offline_problems(spec: ExperimentSpec, access: HubAccess) -> list[tuple[tuple, str]]:
@@ -122,11 +117,3 @@ def _config_file(item: Loaded, hub: _Hub) -> tuple[Path | None, str | None]:
         "where the hub answers" if hub.access.offline else "and set HF_HUB_OFFLINE=1"
     )
     return cached.config, f"hub id {shown(item.where)} {cached.missing} ({cache}) and {reason}; {fix}"
-
-
-def _field(loc: tuple) -> str:
-    """A spec field as messages name it: drafters[1].path."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
-    return out

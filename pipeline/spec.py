@@ -258,13 +258,14 @@ def parse_spec(text: str, source: str = "<spec>") -> ExperimentSpec:
         problems += _merge_union_errors([_describe(err) for err in exc.errors()])
         spec = None
     if problems:
-        messages = []
-        for loc, msg in problems:
-            line = line_of(root, loc)
-            where = f" (line {line})" if line else ""
-            messages.append(f"{_field_path(loc)}: {msg}{where}")
-        raise SpecError(source, messages)
+        raise SpecError(source, [located(root, loc, msg) for loc, msg in problems])
     return spec
+
+
+def located(root, loc: tuple, msg: str) -> str:
+    """A problem as every spec error reads: `field.path: message (line N)`; root: the composed YAML."""
+    line = line_of(root, loc)
+    return f"{_field_path(loc)}: {msg}" + (f" (line {line})" if line else "")
 
 
 def _merge_union_errors(problems: list[tuple[tuple, str]]) -> list[tuple[tuple, str]]:
