@@ -77,6 +77,7 @@ def autotune(
 ):
     """Print a ready engine config for one pairing: from its active tuned config, or from
     production metrics (stored as a 'production' version, once per distinct input)."""
+    from pipeline.autotune import retune as retune_from
     from pipeline.autotune import tuning as tune
     from pipeline.core.engine_names import canonical_engine
     from pipeline.version import code_version
@@ -94,7 +95,7 @@ def autotune(
         raise UserError("--dry-run: only with --from-metrics (a config from a stored version stores nothing)")
     if from_metrics and drafter is None and drafter_path is not None:
         check_label("--drafter-path", Path(drafter_path).name, "its last part names the drafter; give --drafter NAME")
-    counters = tune.read_counters(from_metrics, model) if from_metrics else None  # all read before a write
+    counters = retune_from.read_counters(from_metrics, model) if from_metrics else None  # all read before a write
     if from_metrics:
         name = drafter or (Path(drafter_path).name if drafter_path else None)
         if name is None or drafter_path is None:
@@ -103,7 +104,7 @@ def autotune(
         try:
             path, method = tune.drafter_path(store, {"target": model, "drafter": name}, workdir, drafter_path, method)
             tune.check_options(engine, engine_version, method, export_format, path)  # before a version is stored
-            retune = tune.decide_from_metrics(
+            retune = retune_from.decide_from_metrics(
                 store,
                 counters,
                 model_name=model,
@@ -115,7 +116,7 @@ def autotune(
             )
             if not dry_run:
                 store = store or open_store(workdir, db)
-            row = tune.retune_row(retune, None if dry_run else store.ensure_production_config(retune.config))
+            row = retune_from.retune_row(retune, None if dry_run else store.ensure_production_config(retune.config))
         finally:
             if store is not None:
                 store.close()

@@ -180,7 +180,7 @@ def test_production_metrics_become_the_active_version(tmp_path):
     from test_prod_metrics import MODEL, exposition
 
     from db.store import Store
-    from pipeline.autotune.tuning import from_metrics, read_counters
+    from pipeline.autotune.retune import from_metrics, read_counters
 
     store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
     before, after = tmp_path / "a.txt", tmp_path / "b.txt"
@@ -220,7 +220,7 @@ def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
     from test_prod_metrics import MODEL, exposition
 
     from db.store import Store
-    from pipeline.autotune.tuning import from_metrics, read_counters
+    from pipeline.autotune.retune import from_metrics, read_counters
     from pipeline.core.contracts import Profiled
     from pipeline.core.types import CostProfile
 
@@ -297,7 +297,7 @@ def test_a_retune_is_stored_again_only_when_what_it_read_changed(tmp_path):
     from test_prod_metrics import MODEL, exposition
 
     from db.store import Store
-    from pipeline.autotune.tuning import from_metrics, read_counters
+    from pipeline.autotune.retune import from_metrics, read_counters
     from pipeline.core.contracts import Profiled
     from pipeline.core.types import CostProfile
 
@@ -378,7 +378,7 @@ def test_production_retune_rederives_the_batch_schedule_and_autotune_takes_the_n
     from test_real_vllm_metrics import _cli
 
     from db.store import Store
-    from pipeline.autotune.tuning import from_metrics, read_counters
+    from pipeline.autotune.retune import from_metrics, read_counters
     from pipeline.core.contracts import Profiled
     from pipeline.core.types import CostProfile
 
