@@ -7,7 +7,8 @@ its own mean; a measurement on m new prompts scatters around that mean as well. 
 interval therefore resamples twice per replicate: n prompts from the curve's (the estimate's
 uncertainty), then m prompts from that resample (the validation sample's own spread), and
 pools the m as the engine pools its passes. With m = 0 (the validation's prompt count unknown) it
-is the curve's interval alone.
+is the curve's interval alone. The pass cost is a measurement too: where the profile says how far
+its timing moves (pipeline/core/timing_noise.py), each replicate's pass cost draws that much.
 
 A measured speedup is (engine tokens per pass at k) over (the pass at k in plain decode
 steps, as the engine timed it), and the prediction is the curve's tokens per pass over the cost
@@ -18,6 +19,7 @@ off 1 names the side the bias comes from (the prompts and positions, or the timi
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,6 +94,7 @@ def prediction_checks(
     measured_speedup: Sequence[float],
     engine_accept_len: Sequence[float],
     sample_prompts: int,
+    timing_sigma: float = 0.0,
     level: float = 0.9,
     n_boot: int = 1000,
     seed: int = 0,
@@ -100,14 +103,24 @@ def prediction_checks(
     of `sample_prompts` prompts, the measurement, and the two factors between them.
 
     Tokens per pass are the ones the choice used (a decoder's walk when the curve has one);
-    pass_cost[k] is the pass at depth k in plain decode steps, as the choice costed it."""
+    pass_cost[k] is the pass at depth k in plain decode steps, as the choice costed it.
+    timing_sigma: how far (in log terms) the validation's pass cost scatters around the profile's
+    (pipeline/core/timing_noise.py); each replicate's pass cost at k >= 1 is moved by a draw of it."""
     decode = bool(curve.decode_accept_len)
     tokens = curve.decode_accept_len if decode else curve.accept_len
     rows, pool = (walks, walk_accept_len) if decode else (per_prompt, _pooled_rows)
     depths = min(len(tokens), len(pass_cost), len(measured_speedup))
-    if rows and len(rows) >= 2:
-        boots = predictive_tokens(rows, pool, sample_prompts=sample_prompts, n_boot=n_boot, seed=seed)
-        intervals = bands([[b[k] / pass_cost[k] for k in range(depths)] for b in boots], level)
+    if (rows and len(rows) >= 2) or timing_sigma > 0:
+        if rows and len(rows) >= 2:
+            boots = predictive_tokens(rows, pool, sample_prompts=sample_prompts, n_boot=n_boot, seed=seed)
+        else:
+            boots = [list(tokens)] * n_boot
+        rng = random.Random(seed + 1)
+        replicates = [
+            [b[k] / (pass_cost[k] * (math.exp(rng.gauss(0.0, timing_sigma)) if k else 1.0)) for k in range(depths)]
+            for b in boots
+        ]
+        intervals = bands(replicates, level)
     else:
         intervals = [(tokens[k] / pass_cost[k],) * 2 for k in range(depths)]
     return [

@@ -63,6 +63,9 @@ class CostProfile:
     # one whole iteration of the speculative engine at batch size 1, per k = 0..max_depth: k drafter
     # forwards, the verify pass and the engine's own bookkeeping (k = 0: one plain decode step)
     pass_ms: tuple[float, ...] = ()
+    # pass_ms as timed in blocks, one at the start of the profile and one at its end, each on half the
+    # prompts (pass_ms is their mean): how far the timing moves (pipeline/core/timing_noise.py)
+    pass_ms_blocks: tuple[tuple[float, ...], ...] = ()
     # draft trees, per batch size: a target pass over m = 1..max(tree_budget, max_depth) + 1 new tokens
     # under a tree attention mask (index m - 1), and one drafter pass over w = 1..tree_budget tree
     # nodes (index w - 1): the tree budget is the length of the second

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pipeline.autotune.choice_row import choice_row, tree_of
 from pipeline.core.prediction_check import PredictionCheck, point_check, prediction_checks
+from pipeline.core.timing_noise import prediction_sigma
 from pipeline.report.figures import LEVEL
 from pipeline.report.plots import tree_label
 from pipeline.report.tables import ReportTable
@@ -30,6 +31,7 @@ def pairing_checks(pairing) -> list[PredictionCheck]:
         measured_speedup=check.measured_speedup,
         engine_accept_len=check.engine_accept_len,
         sample_prompts=pairing.held_out_prompts or 0,
+        timing_sigma=prediction_sigma(pairing.profiled.cost.pass_ms_blocks) if pairing.profiled else 0.0,
         level=LEVEL,
         seed=pairing.jobs.get("select_depth", {}).get("seed", 0),
     )

@@ -6,7 +6,9 @@ once and cropped back after every timed call), warm-up calls excluded, median of
 The cost ratio is c = draft_ms / decode_ms, both medians. Profiling also times one whole
 iteration of the real engine at every depth, `pass_ms[k]`: k drafter forwards, the verify pass
 and the engine's own bookkeeping (`pass_ms[0]` is a plain decode step), decoding the curve's own
-prompts as validation decodes its held-out ones, with the depths interleaved. With
+prompts as validation decodes its held-out ones, with the depths interleaved, in two blocks: half
+the prompts first thing and the other half last, so that the profile records how far the timing
+moved in between (pipeline/core/timing_noise.py). With
 `cost.batch_sizes` (say [1, 8, 32, 128]) it also times, at every batch size B, one drafter step
 and a target pass over k+1 new tokens for every k.
 
@@ -25,6 +27,7 @@ import time
 
 import torch
 
+from pipeline.core.timing_noise import mean_blocks
 from pipeline.core.types import CostProfile
 from workers.models.features import cached_forward_states, tree_forward_states
 from workers.runtime.device import hardware_id
@@ -74,10 +77,15 @@ def profile_cost(
     a tree attention mask (the chain of every depth is costed as a tree too), one drafter pass over
     w = 1..tree_budget tree nodes per sequence (both timed at `timed_sizes`, the sizes between read
     off a straight line), and at batch size 1 the engine's (and the tree engine's) whole iteration,
-    decoding `prompts` (the curve's) `new_tokens` deep.
+    decoding `prompts` (the curve's) `new_tokens` deep; the chain engine's in two blocks, half the
+    prompts before everything else and the other half after it (`pass_ms_blocks`).
     `family` (workers/drafters/registry.py) knows how to time a step of `drafter` and how it proposes."""
     device = next(target.parameters()).device
     dtype = next(target.parameters()).dtype
+    timing = dict(new_tokens=new_tokens, max_depth=max_depth, warmup=warmup, device=device)
+    halves = [prompts[0::2], prompts[1::2]] if len(prompts) >= 2 else [prompts, prompts]
+    block_repeats = -(-repeats // len(halves))  # the two blocks together decode each depth `repeats` times
+    blocks = [engine_pass_ms(target, family.proposer(drafter), halves[0], **timing, repeats=block_repeats)]
     draft_by_b, verify_by_b, tree_verify, tree_draft = [], [], [], []
     for b in batch_sizes:
         ms = _profile_batch(
@@ -91,9 +99,12 @@ def profile_cost(
             )
             tree_draft.append(filled({w: ms[f"tree_draft_{w}"] for w in timed_sizes(tree_budget)}))
     one = list(batch_sizes).index(1)
-    timing = dict(new_tokens=new_tokens, max_depth=max_depth, warmup=warmup, repeats=repeats, device=device)
-    passes = engine_pass_ms(target, family.proposer(drafter), prompts, **timing)
-    tree_passes = engine_pass_ms(target, family.proposer(drafter), prompts, **timing, trees=True) if tree_budget else []
+    blocks.append(engine_pass_ms(target, family.proposer(drafter), halves[1], **timing, repeats=block_repeats))
+    tree_passes = (
+        engine_pass_ms(target, family.proposer(drafter), prompts, **timing, repeats=repeats, trees=True)
+        if tree_budget
+        else []
+    )
     return CostProfile(
         hardware=hardware_id(device, dtype),
         draft_ms=draft_by_b[one],
@@ -102,7 +113,8 @@ def profile_cost(
         batch_sizes=tuple(batch_sizes),
         draft_ms_by_batch=tuple(draft_by_b),
         verify_ms_by_batch=tuple(verify_by_b),
-        pass_ms=tuple(passes),
+        pass_ms=tuple(mean_blocks(blocks)),
+        pass_ms_blocks=tuple(tuple(b) for b in blocks),
         tree_verify_ms_by_batch=tuple(tree_verify),
         tree_draft_ms_by_batch=tuple(tree_draft),
         tree_pass_ms=tuple(tree_passes),

@@ -17,7 +17,7 @@ TOKENS = tuple(walk_accept_len(WALKS))
 COST = (1.0, 1.2, 1.4)
 
 
-def _pairing(label, engine_accept_len, measured, prompts=8, validated=True):
+def _pairing(label, engine_accept_len, measured, prompts=8, validated=True, blocks=()):
     curve = Curve(
         condition="template+bos",
         temperature=0.0,
@@ -35,6 +35,7 @@ def _pairing(label, engine_accept_len, measured, prompts=8, validated=True):
         validated=SimpleNamespace(speedup_check=check) if validated else None,
         jobs={"select_depth": {"seed": 0}},
         held_out_prompts=prompts,
+        profiled=SimpleNamespace(cost=SimpleNamespace(pass_ms_blocks=blocks)),
     )
 
 
@@ -64,6 +65,17 @@ def test_a_measurement_within_5_percent_and_inside_the_interval_says_so():
     far = _pairing("t/far", TOKENS, tuple(t / c * 0.5 for t, c in zip(TOKENS, COST)))
     (row,) = prediction_table([far]).rows
     assert row[-1] == "off by more than 5%, outside the interval"
+
+
+def test_the_interval_holds_how_far_the_profile_saw_its_timing_move():
+    """Passes that cost 12% more at validation than the profile said: outside an interval that
+    knows only the prompts; covered where the profile's two blocks moved about that much."""
+    measured = tuple(t / c / 1.12 for t, c in zip(TOKENS, COST))
+    (steady,) = prediction_table([_pairing("t/steady", TOKENS, measured, blocks=((10, 12, 14), (20, 24, 28)))]).rows
+    (moving,) = prediction_table([_pairing("t/moving", TOKENS, measured, blocks=((10, 12, 14), (10, 13.5, 15.8)))]).rows
+    assert steady[-1] == "off by more than 5%, outside the interval"
+    assert moving[-1] == "off by more than 5%, covered"
+    assert moving[2] != steady[2] and moving[2].split(" [")[0] == steady[2].split(" [")[0]
 
 
 def test_no_validated_pairing_gives_no_table():
