@@ -35,6 +35,7 @@ from pipeline.core.artifacts import present
 from pipeline.core.categories import category_curves
 from pipeline.core.contracts import Dataset, Measured, Profiled, Selected, Served, Stored, Trained, Validated
 from pipeline.core.kinds import kind as job_kind
+from pipeline.core.timing_noise import block_sigma
 from pipeline.core.trees import rank_accepts
 from pipeline.core.types import Curve
 from pipeline.plan import Job
@@ -132,7 +133,9 @@ def record_measured(job: Job, result: Measured, rec: Recording) -> None:
 
 def record_profiled(job: Job, result: Profiled, rec: Recording) -> None:
     cost = result.cost
-    # pass_ms: the timed engine iteration the default depth choice uses, step = depth
+    # pass_ms: the timed engine iteration the default depth choice uses, step = depth;
+    # pass_cost_sigma: how far its timing moved between the profile's blocks (log terms)
+    moved = {"pass_cost_sigma": block_sigma(cost.pass_ms_blocks)} if len(cost.pass_ms_blocks) >= 2 else {}
     rec.tracker.log_all(
         rec.run_id,
         metrics={
@@ -140,6 +143,7 @@ def record_profiled(job: Job, result: Profiled, rec: Recording) -> None:
             "decode_ms": cost.decode_ms,
             "verify_ms": cost.verify_ms,
             "cost_ratio": cost.cost_ratio,
+            **moved,
         },
         series={"pass_ms": list(enumerate(cost.pass_ms))} if cost.pass_ms else {},
     )

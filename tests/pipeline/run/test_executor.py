@@ -15,6 +15,7 @@ from rich.console import Console
 from db.store import Store
 from pipeline.core import contracts as c
 from pipeline.core.select import run as select_depth
+from pipeline.core.timing_noise import block_sigma
 from pipeline.core.types import CostProfile, Curve
 from pipeline.errors import ResourceError, UserError
 from pipeline.plan import build_plan
@@ -31,7 +32,9 @@ SPEC = {
     "validation": {"num_prompts": 2},
 }
 CURVE = Curve("default", 0.0, 8, (0.8, 0.5), (0.8, 0.4), (1.0, 1.8, 2.2), decode_accept_len=(1.0, 1.7, 2.0))
-COST = CostProfile("cpu 1t x1 float32", 0.1, 1.0, 1.2, pass_ms=(1.0, 1.3, 1.6))
+COST = CostProfile(
+    "cpu 1t x1 float32", 0.1, 1.0, 1.2, pass_ms=(1.0, 1.3, 1.6), pass_ms_blocks=((1.0, 1.2, 1.5), (1.0, 1.4, 1.7))
+)
 
 
 def answer(kind, config, inputs, *, num_cpus, num_gpus, progress, **_):
@@ -139,6 +142,11 @@ def test_the_plan_runs_in_process_and_lands_in_the_database_and_mlflow(env):
     assert [r["decode_accept_len"] for r in store.curves(drafter="pre")] == [1.7, 2.0]
     assert len(store.speedup_checks(drafter="post")) == 3
     assert set(mlflow_statuses(tmp_path)) == {"FINISHED"}
+    # the profile's runs say how far its timing moved between its two blocks
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    moved = [r.data.metrics["pass_cost_sigma"] for r in runs if "draft_ms" in r.data.metrics]
+    assert moved == [pytest.approx(block_sigma(COST.pass_ms_blocks))] * 2 and moved[0] > 0.05  # one per drafter
     _, again = run(env, failing(lambda kind, config: True))  # nothing runs: every job is reused
     assert len(again.cached) == 11 and not again.done
 
