@@ -18,7 +18,7 @@ from collections import Counter
 import torch
 
 from workers.data.prompts import build_prompts
-from workers.drafters.eagle3.chains import draft_all_chains
+from workers.drafters.chain.drafting import draft_all_chains
 from workers.drafters.eagle3.checkpoint import load_eagle3
 from workers.measure.curves import continue_text
 from workers.measure.diagnostics import sink_keys

@@ -61,6 +61,22 @@ def build_tiny_drafter(tiny, norm: str):
     return load_eagle3(cached_dir(files), embedding=embedding, device="cpu", dtype=torch.float32), files
 
 
+def build_tiny_mtp(tiny, recipe: str, norm: str):
+    """(head, files): a trained MTP head of `recipe` ("vanilla" or "recursive") and `norm` on a tiny target."""
+    import torch
+
+    from pipeline.core.files import cached_dir
+    from pipeline.core.model_settings import MtpDrafterSpec
+    from workers.drafters.mtp.checkpoint import load_mtp
+    from workers.drafters.mtp.train import train_mtp
+
+    target, tokenizer, _ = tiny
+    train = {**TINY_DRAFT_TRAIN, "ttt_depth": 1 if recipe == "vanilla" else 3}
+    spec = MtpDrafterSpec(name=f"mtp-{recipe}-{norm}", kind="mtp", recipe=recipe, norm=norm, train=train)
+    files, _ = train_mtp(target=target, tokenizer=tokenizer, spec=spec, seed=0, device=torch.device("cpu"))
+    return load_mtp(cached_dir(files), target=target, device="cpu", dtype=torch.float32), files
+
+
 @pytest.fixture(scope="session")
 def tiny_target():
     return build_tiny_target()
@@ -70,6 +86,22 @@ def tiny_target():
 def tiny_drafters(tiny_target):
     """A trained pre-norm and post-norm drafter on the tiny target."""
     return {norm: build_tiny_drafter(tiny_target, norm) for norm in ("pre", "post")}
+
+
+@pytest.fixture(scope="session")
+def tiny_mtp_heads(tiny_target):
+    """Trained MTP heads on the tiny target: vanilla pre-norm, recursive pre-norm and post-norm."""
+    return {
+        f"{recipe}-{norm}": build_tiny_mtp(tiny_target, recipe, norm)
+        for recipe, norm in (("vanilla", "pre"), ("recursive", "pre"), ("recursive", "post"))
+    }
+
+
+@pytest.fixture(scope="session")
+def chain_drafters(tiny_drafters, tiny_mtp_heads):
+    """Every trained chain drafter on the tiny target, both families: {name: (drafter, files)}."""
+    eagle = {f"eagle3-{k}": v for k, v in tiny_drafters.items()}
+    return {**eagle, **{f"mtp-{k}": v for k, v in tiny_mtp_heads.items()}}
 
 
 def free_port() -> int:

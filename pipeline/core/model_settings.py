@@ -26,9 +26,9 @@ from pipeline.core.settings import (
 )
 from pipeline.core.sources import is_file, locate, looks_like_path
 
-DRAFTER_KINDS = ("eagle3", "standalone")
+DRAFTER_KINDS = ("eagle3", "mtp", "standalone")
 # what serving engines call a drafter of each kind (vLLM's method names): each family's `method`
-SERVED_AS = {"eagle3": "eagle3", "standalone": "draft_model"}
+SERVED_AS = {"eagle3": "eagle3", "mtp": "mtp", "standalone": "draft_model"}
 
 
 class TrainTarget(Strict):
@@ -177,6 +177,45 @@ class Eagle3DrafterSpec(Strict):
         }
 
 
+class TrainMtp(TrainDrafter):
+    ttt_depth: int = Count(3, le=16, description="chain steps the recursive recipe unrolls (vanilla: 1)")
+
+
+class MtpDrafterSpec(Strict):
+    """A multi-token-prediction head trained for the target: [norm(embedding); norm(target's last
+    hidden)] projected to one input of one decoder layer, over the target's frozen final norm and
+    output head. `vanilla` trains chain step 0 only; `recursive` unrolls the layer over
+    `train.ttt_depth` steps on its own outputs, weights 0.6^s normalised."""
+
+    name: str = NAME
+    kind: Literal["mtp"]
+    recipe: Literal["vanilla", "recursive"] = "recursive"
+    norm: Literal["pre", "post"] = "pre"
+    train: TrainMtp = TrainMtp()
+
+    @model_validator(mode="after")
+    def _vanilla_trains_one_step(self):
+        if self.recipe == "vanilla" and "ttt_depth" in self.train.model_fields_set and self.train.ttt_depth != 1:
+            raise ValueError(
+                f"train.ttt_depth: the vanilla recipe trains chain step 0 only, not {self.train.ttt_depth} "
+                "steps; drop it, or use recipe: recursive"
+            )
+        return self
+
+    @property
+    def trained_here(self) -> bool:
+        return True
+
+    @property
+    def training_corpus(self) -> str:
+        return self.train.corpus
+
+    @property
+    def target_states(self) -> dict:
+        """The target states it trains on: its last hidden state (a target_features job's `last` fusion)."""
+        return {"fusion": "last", "capture_layers": None}
+
+
 class TrainStandalone(TrainTarget):
     corpus: DrafterCorpus = "stdlib"
 
@@ -223,7 +262,9 @@ def _drafter_kind(value) -> str | None:
 
 # A registry of drafter kinds: each kind is one spec class, selected by the `kind` field.
 DrafterSpec = Annotated[
-    Annotated[Eagle3DrafterSpec, Tag("eagle3")] | Annotated[StandaloneDrafterSpec, Tag("standalone")],
+    Annotated[Eagle3DrafterSpec, Tag("eagle3")]
+    | Annotated[MtpDrafterSpec, Tag("mtp")]
+    | Annotated[StandaloneDrafterSpec, Tag("standalone")],
     Discriminator(_drafter_kind),
 ]
 

@@ -216,6 +216,7 @@ def test_drafters_on_regenerated_text_share_one_text_and_one_feature_table_per_f
     data["drafters"].append({"name": "last", "fusion": "last", "train": {"corpus": "regenerated"}})
     data["drafters"].append({"name": "small", "kind": "standalone", "builtin": {"train": {"corpus": "regenerated"}}})
     data["drafters"].append({"name": "plain", "train": {"corpus": "stdlib"}})
+    data["drafters"].append({"name": "head", "kind": "mtp", "train": {"corpus": "regenerated"}})
     plan = plan_of(data)
     jobs = plan.by_hash()
     by_kind = lambda k: [j for j in plan.jobs if j.kind == k]  # noqa: E731
@@ -228,7 +229,10 @@ def test_drafters_on_regenerated_text_share_one_text_and_one_feature_table_per_f
         "deep",
         "last",
         "small",
+        "head",
     }
+    # an MTP head reads the target's last hidden state: the states an EAGLE `last` fusion trains on
+    assert trains["head"]["features"] == trains["last"]["features"]
     tri = {deps["features"] for d, deps in trains.items() if d in ("pre", "post", "deep")}
     assert len(tri) == 1 and jobs[tri.pop()].name == "target_features t/tri"
     assert "features" not in trains["small"] and "data" not in trains["plain"]

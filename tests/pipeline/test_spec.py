@@ -100,7 +100,22 @@ def test_all_errors_at_once():
 def test_an_unknown_drafter_kind_names_every_kind():
     for kind, got in (("medusa", "'medusa'"), ("Eagle3", "'Eagle3'"), ("[eagle3]", "['eagle3']")):
         msgs = errors_of(GOOD.replace("kind: eagle3", f"kind: {kind}"))
-        assert msgs == [f"drafters[0].kind: unknown drafter kind {got}; use one of eagle3, standalone (line 7)"]
+        assert msgs == [f"drafters[0].kind: unknown drafter kind {got}; use one of eagle3, mtp, standalone (line 7)"]
+
+
+def test_an_mtp_head_takes_its_recipe_and_the_vanilla_recipe_one_step():
+    spec = parse_spec(GOOD.replace("kind: eagle3\n    train: {ttt_depth: 2}", "kind: mtp"))
+    head = spec.drafters[0]
+    assert (head.kind, head.recipe, head.norm, head.train.ttt_depth) == ("mtp", "recursive", "pre", 3)
+    assert head.target_states == {"fusion": "last", "capture_layers": None}
+    vanilla = parse_spec(GOOD.replace("kind: eagle3\n    train: {ttt_depth: 2}", "kind: mtp\n    recipe: vanilla"))
+    assert vanilla.drafters[0].recipe == "vanilla"
+    msgs = errors_of(GOOD.replace("kind: eagle3", "kind: mtp\n    recipe: vanilla"))
+    assert len(msgs) == 1 and msgs[0].startswith("drafters[0]: ") and "train.ttt_depth: the vanilla recipe" in msgs[0]
+    (msg,) = errors_of(GOOD.replace("kind: eagle3", "kind: mtp\n    recipe: deep"))
+    assert msg.startswith("drafters[0].recipe:")
+    (msg,) = errors_of(GOOD.replace("kind: eagle3", "kind: mtp\n    fusion: tri"))  # an EAGLE switch
+    assert msg.startswith("drafters[0].fusion:")
 
 
 @pytest.mark.parametrize(

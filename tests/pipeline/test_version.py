@@ -62,7 +62,7 @@ def test_each_kind_covers_what_it_runs_and_not_the_others():
         "workers/data/prompts.py",
         "workers/measure/noise.py",
         "workers/drafters/eagle3/family.py",
-        "workers/drafters/eagle3/chains.py",
+        "workers/drafters/chain/drafting.py",
         "workers/drafters/registry.py",
         "workers/models/loading.py",
         "pipeline/core/acceptance.py",

@@ -87,6 +87,7 @@ from pipeline.autotune.engines.common import Emitted, EngineVersionError, parse_
 
 MODULES = {m.NAME: m for m in (vllm, sglang, trtllm, transformers)}
 ENGINES = tuple(MODULES)
+WRITTEN = ("eagle3", "draft_model")  # the methods the engine modules write settings for
 
 
 def check_version(engine: str, version: str | None) -> Version:
@@ -113,6 +114,10 @@ def emit(
     chosen gets the chain, with a note saying why."""
     module = MODULES[engine]
     v = check_version(engine, version)
+    if method not in WRITTEN:  # an MTP head: no stock engine loads one for the targets specfleet trains it on
+        raise EngineVersionError(
+            f"{engine}: specfleet writes settings for {' and '.join(WRITTEN)} drafters, not {method}", option="--method"
+        )
     out = module.emit(
         list(schedule),
         model=model,

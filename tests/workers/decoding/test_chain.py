@@ -12,8 +12,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import workers.decoding.chain as engine
 from workers.decoding.chain import accept_drafts, generate
 from workers.decoding.sampling import one_hot_q
+from workers.drafters.chain.proposer import ChainProposer
 from workers.drafters.eagle3.model import drafter_from_target
-from workers.drafters.eagle3.proposer import EagleProposer
 from workers.drafters.eagle3.train import drafter_config_for
 from workers.drafters.standalone.proposer import ModelProposer
 
@@ -120,7 +120,7 @@ def test_sampled_decoding_matches_the_target_distribution(kind, temperature, dra
     else:
         cfg = drafter_config_for(target, norm="pre", fc_norm=False, fusion="tri")
         torch.manual_seed(2)
-        proposer = EagleProposer(drafter_from_target(target, cfg).eval())
+        proposer = ChainProposer(drafter_from_target(target, cfg).eval())
     check_sampled_distribution(target, proposer, temperature=temperature, draft_sampling=draft_sampling)
 
 

@@ -17,8 +17,8 @@ from tests.workers.decoding.test_chain import V, _exact_joint, _tiny_llama, chi2
 from workers.decoding.chain import generate
 from workers.decoding.tree import TreeLayout
 from workers.decoding.tree_engine import generate_tree
+from workers.drafters.chain.proposer import ChainProposer
 from workers.drafters.eagle3.model import drafter_from_target
-from workers.drafters.eagle3.proposer import EagleProposer
 from workers.drafters.eagle3.train import drafter_config_for
 from workers.drafters.standalone.proposer import ModelProposer
 from workers.models.features import cached_forward_states
@@ -29,7 +29,7 @@ TREE = ((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0))
 def _eagle(target, seed: int = 2):
     cfg = drafter_config_for(target, norm="pre", fc_norm=False, fusion="tri")
     torch.manual_seed(seed)
-    return EagleProposer(drafter_from_target(target, cfg).eval())
+    return ChainProposer(drafter_from_target(target, cfg).eval())
 
 
 def _proposers(target, vocab):

@@ -1,4 +1,4 @@
-"""Both drafter families' proposers, drafting by sampling at a temperature other than 1: the q a
+"""Every drafter family's proposer, drafting by sampling at a temperature other than 1: the q a
 proposer returns for each draft must be the distribution that draft was drawn from,
 softmax(logits / T). The engine's accept rule divides p by that q, so a q at the wrong
 temperature biases the output although every draft is still a real draw."""
@@ -8,14 +8,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-import workers.drafters.eagle3.proposer as eagle_module
+import workers.drafters.chain.proposer as chain_module
 import workers.drafters.standalone.proposer as model_module
 from tests.workers.decoding.test_chain import _tiny_llama
 from workers.decoding.chain import generate
 from workers.decoding.sampling import sample
+from workers.drafters.chain.proposer import ChainProposer
 from workers.drafters.eagle3.model import drafter_from_target
-from workers.drafters.eagle3.proposer import EagleProposer
 from workers.drafters.eagle3.train import drafter_config_for
+from workers.drafters.mtp.model import head_from_target
+from workers.drafters.mtp.train import mtp_config_for
 from workers.drafters.standalone.proposer import ModelProposer
 
 TEMPERATURE = 0.6
@@ -24,11 +26,17 @@ TEMPERATURE = 0.6
 def _eagle(target):
     torch.manual_seed(2)
     cfg = drafter_config_for(target, norm="pre", fc_norm=False, fusion="tri")
-    return EagleProposer(drafter_from_target(target, cfg).eval())
+    return ChainProposer(drafter_from_target(target, cfg).eval())
+
+
+def _mtp(target):
+    torch.manual_seed(2)
+    return ChainProposer(head_from_target(target, mtp_config_for(target, norm="post")).eval())
 
 
 PROPOSERS = {
-    "eagle3": (eagle_module, _eagle),
+    "eagle3": (chain_module, _eagle),
+    "mtp": (chain_module, _mtp),
     "standalone": (model_module, lambda target: ModelProposer(_tiny_llama(1, vocab=40, layers=1))),
 }
 

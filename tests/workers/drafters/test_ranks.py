@@ -7,7 +7,7 @@ import torch
 
 from tests.workers.decoding.test_chain import _tiny_llama
 from tests.workers.decoding.test_tree_engine import _eagle
-from workers.drafters.eagle3.chains import eagle_ranks, fuse_context
+from workers.drafters.chain.drafting import chain_ranks, fuse_context
 from workers.drafters.ranks import ranks_of
 from workers.drafters.standalone.chains import model_ranks
 from workers.models.features import cached_forward_states, target_pass
@@ -21,7 +21,7 @@ def test_eagle_and_model_ranks_follow_the_targets_path_step_by_step():
     proposer = _eagle(target)
     drafter = proposer.drafter
     streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)
-    eagle = eagle_ranks(drafter, seq, fuse_context(drafter, streams), depth, starts)
+    eagle = chain_ranks(drafter, seq, fuse_context(drafter, streams), depth, starts)
     model = _tiny_llama(1, vocab=40, layers=1)
     plain = model_ranks(model, seq, depth, starts)
     for n, c in enumerate(starts):
@@ -54,7 +54,7 @@ def test_the_walk_over_measured_rank_paths_is_what_the_tree_engine_does():
     streams, _ = target_pass(target, seq, proposer.drafter.cfg.capture_layers)
     paths = [
         rank_path(r, topk)
-        for r in eagle_ranks(proposer.drafter, seq, fuse_context(proposer.drafter, streams), K, starts).tolist()
+        for r in chain_ranks(proposer.drafter, seq, fuse_context(proposer.drafter, streams), K, starts).tolist()
     ]
     assert sum(1 for p in paths if p and p[0] > 0) >= 3  # second and third guesses to bank
     for tree in (((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)), ((0,), (1,), (2,), (0, 0), (2, 0), (0, 0, 0))):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from workers.decoding.chain import generate
-from workers.drafters.eagle3.proposer import EagleProposer
+from workers.drafters.chain.proposer import ChainProposer
 from workers.measure.bench import target_passes
 
 
@@ -20,7 +20,7 @@ def test_the_pass_counter_sees_every_target_pass_of_the_engine_and_nothing_of_th
     for depth in (0, 3):
         timing: dict = {}
         with target_passes(target) as counted:
-            generate(target, EagleProposer(drafter), prompt, max_new=12, depth=depth, temperature=0.0, timing=timing)
+            generate(target, ChainProposer(drafter), prompt, max_new=12, depth=depth, temperature=0.0, timing=timing)
         assert counted["passes"] == timing["passes"] + 1  # the prompt's pass, then one per verification
         # the prompt's tokens, then the last token and its drafts at every verification
         assert counted["tokens"] == prompt.numel() + timing["passes"] * (depth + 1)

@@ -8,8 +8,8 @@ import torch
 from pipeline.core.acceptance import curve_from_accepted
 from pipeline.core.settings import Evaluation
 from workers.decoding.chain import generate
-from workers.drafters.eagle3.chains import draft_all_chains
-from workers.drafters.eagle3.proposer import EagleProposer
+from workers.drafters.chain.drafting import draft_all_chains
+from workers.drafters.chain.proposer import ChainProposer
 from workers.drafters.registry import family_of
 from workers.measure.curves import continue_text, measure_curves
 from workers.models.features import target_pass
@@ -53,21 +53,21 @@ def target_greedy(target, prompt, n):
 
 
 def speculative_greedy(target, drafter, prompt, n, depth):
-    return generate(target, EagleProposer(drafter), prompt, max_new=n, depth=depth, temperature=0.0)
+    return generate(target, ChainProposer(drafter), prompt, max_new=n, depth=depth, temperature=0.0)
 
 
 def draft_chain(drafter, seq, streams, depth):
-    proposer = EagleProposer(drafter)
+    proposer = ChainProposer(drafter)
     proposer.start(seq[0].tolist(), streams)
     return proposer.propose(depth, 0.0, None)[0]
 
 
-def test_greedy_speculative_output_equals_target_greedy(tiny_target, tiny_drafters):
+def test_greedy_speculative_output_equals_target_greedy(tiny_target, chain_drafters):
     target, tokenizer, _ = tiny_target
     for text in ("def parse(self, line):\n    ", "import os\nclass Reader:\n", "    return [x for x in"):
         prompt = _prompt(tokenizer, text)
         reference = target_greedy(target, prompt, 40)
-        for norm, (drafter, _) in tiny_drafters.items():
+        for norm, (drafter, _) in chain_drafters.items():
             for depth in (1, 3, 6):
                 out, accepted = speculative_greedy(target, drafter, prompt, 40, depth)
                 assert out == reference, (norm, depth, text)
@@ -88,11 +88,12 @@ def test_untrained_drafter_still_lossless(tiny_target):
     assert 1 + sum(n + 1 for n in accepted) >= 25  # the prefill emits one; each pass accepted + one
 
 
-def test_batched_drafting_equals_incremental_chain(tiny_target, tiny_drafters):
-    """forward_steps over a whole sequence == prefill + step with a KV cache, chain by chain."""
+def test_batched_drafting_equals_incremental_chain(tiny_target, chain_drafters):
+    """forward_steps over a whole sequence == prefill + step with a KV cache, chain by chain, for every
+    chain drafter of both families."""
     target, tokenizer, _ = tiny_target
     seq = torch.cat([_prompt(tokenizer), torch.tensor([target_greedy(target, _prompt(tokenizer), 16)])], dim=1)
-    for drafter, _ in tiny_drafters.values():
+    for drafter, _ in chain_drafters.values():
         streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)
         starts = list(range(2, seq.shape[1] - 6))
         drafts = draft_all_chains(drafter, seq, streams, 5, 0.0, None, starts)[0]
@@ -101,9 +102,10 @@ def test_batched_drafting_equals_incremental_chain(tiny_target, tiny_drafters):
             assert chain == drafts[n].tolist(), c
 
 
-def test_future_tokens_do_not_leak_into_drafts(tiny_target, tiny_drafters):
+@pytest.mark.parametrize("name", ["eagle3-post", "mtp-recursive-pre"])
+def test_future_tokens_do_not_leak_into_drafts(tiny_target, chain_drafters, name):
     target, tokenizer, _ = tiny_target
-    drafter, _ = tiny_drafters["post"]
+    drafter, _ = chain_drafters[name]
     seq = torch.cat([_prompt(tokenizer), torch.tensor([target_greedy(target, _prompt(tokenizer), 12)])], dim=1)
     streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)
     cut = seq.shape[1] - 5

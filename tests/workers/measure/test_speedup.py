@@ -124,8 +124,8 @@ def test_measure_speedup_job_compares_the_chosen_depth_with_the_best_measured(ti
 def test_the_decode_walk_over_measured_chains_is_what_the_engine_does(tiny_target, tiny_drafters):
     """At temperature 0 the engine's accepted counts pass by pass are the walk over the measured chains."""
     from pipeline.core.acceptance import decode_walk
-    from workers.drafters.eagle3.chains import draft_all_chains
-    from workers.drafters.eagle3.proposer import EagleProposer
+    from workers.drafters.chain.drafting import draft_all_chains
+    from workers.drafters.chain.proposer import ChainProposer
     from workers.measure.curves import continue_text, verify_chains
     from workers.models.features import target_pass
 
@@ -143,7 +143,7 @@ def test_the_decode_walk_over_measured_chains_is_what_the_engine_does(tiny_targe
     ok = (verify_chains(target, seq, starts, drafts).argmax(-1) == drafts).int()
     accepted = ok.cumprod(dim=1).sum(dim=1).tolist()
     for k in range(K + 1):
-        _, engine = generate(target, EagleProposer(drafter), prompt, max_new=n_cont + 1, depth=k, temperature=0.0)
+        _, engine = generate(target, ChainProposer(drafter), prompt, max_new=n_cont + 1, depth=k, temperature=0.0)
         walk, c = [], 0
         while c < n_cont:
             walk.append(min(accepted[c], k))

@@ -93,8 +93,8 @@ def test_a_gguf_path_loads_the_same_weights_from_the_nodes_converted_copy(smollm
 @needs_file
 def test_an_eagle_drafter_on_smollm2_takes_its_grouped_query_shape(smollm2):
     from workers.decoding.chain import generate
+    from workers.drafters.chain.proposer import ChainProposer
     from workers.drafters.eagle3.model import drafter_from_target
-    from workers.drafters.eagle3.proposer import EagleProposer
     from workers.drafters.eagle3.train import drafter_config_for
 
     model, _ = smollm2
@@ -105,7 +105,7 @@ def test_an_eagle_drafter_on_smollm2_takes_its_grouped_query_shape(smollm2):
     drafter = drafter_from_target(model, cfg, torch.arange(2048)).eval()
     prompt = torch.tensor([[1, 9690, 198, 2683, 359, 253, 5356]])
     plain, _ = generate(model, None, prompt, max_new=6, depth=0, temperature=0.0)
-    spec, _ = generate(model, EagleProposer(drafter), prompt, max_new=6, depth=2, temperature=0.0)
+    spec, _ = generate(model, ChainProposer(drafter), prompt, max_new=6, depth=2, temperature=0.0)
     assert spec == plain
 
 

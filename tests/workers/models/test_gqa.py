@@ -12,11 +12,11 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from tests.workers.decoding.test_chain import V, check_sampled_distribution
 from workers.decoding.chain import generate
-from workers.drafters.eagle3.chains import draft_all_chains
+from workers.drafters.chain.drafting import draft_all_chains
+from workers.drafters.chain.proposer import ChainProposer
 from workers.drafters.eagle3.export import export_eagle3
 from workers.drafters.eagle3.layouts import import_checkpoint
 from workers.drafters.eagle3.model import drafter_from_target
-from workers.drafters.eagle3.proposer import EagleProposer
 from workers.drafters.eagle3.train import drafter_config_for
 from workers.models.features import target_pass
 from workers.models.rope import inv_freq, rope_settings
@@ -96,7 +96,7 @@ def test_gqa_drafter_batched_chains_equal_incremental_ones(norm, attention):
     starts = list(range(1, 12))
     drafts = draft_all_chains(drafter, seq, streams, 4, 0.0, None, starts)[0]
     for n, c in enumerate(starts):
-        proposer = EagleProposer(drafter)
+        proposer = ChainProposer(drafter)
         proposer.start(seq[0, : c + 2].tolist(), [s[:, : c + 1] for s in streams])
         assert proposer.propose(4, 0.0, None)[0] == drafts[n].tolist(), c
 
@@ -107,7 +107,7 @@ def test_greedy_speculative_decoding_with_a_gqa_target_is_the_targets_greedy_dec
     reference, _ = generate(target, None, prompt, max_new=30, depth=0, temperature=0.0)
     identical = 0
     for norm in ("pre", "post"):
-        proposer = EagleProposer(_drafter(target, norm))
+        proposer = ChainProposer(_drafter(target, norm))
         for depth in (1, 3, 5):
             out, accepted = generate(target, proposer, prompt, max_new=30, depth=depth, temperature=0.0)
             assert out == reference, (norm, depth)
@@ -118,7 +118,7 @@ def test_greedy_speculative_decoding_with_a_gqa_target_is_the_targets_greedy_dec
 @pytest.mark.slow
 def test_sampled_decoding_with_a_gqa_target_keeps_its_distribution():
     target = _gqa_llama(0)
-    check_sampled_distribution(target, EagleProposer(_drafter(target, "post")))
+    check_sampled_distribution(target, ChainProposer(_drafter(target, "post")))
 
 
 def test_gqa_drafter_survives_export_and_import(tmp_path):

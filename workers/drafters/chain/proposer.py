@@ -1,5 +1,5 @@
-"""The EAGLE-3 family as the engine's proposer (workers/decoding/chain.py): drafts from the drafter's
-own KV cache, fed the target's hidden states of every committed token."""
+"""A chain drafter (EAGLE-3, an MTP head) as the engine's proposer (workers/decoding/chain.py): drafts
+from the drafter's own KV cache, fed the target's hidden states of every committed token."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from workers.decoding.sampling import sample
 from workers.decoding.tree import draw_level
 
 
-class EagleProposer:
-    """An EAGLE-3-style drafter: its position i reads token x_{i+1} and the target's features at i."""
+class ChainProposer:
+    """A chain drafter: its position i reads token x_{i+1} and the target's features at i."""
 
     def __init__(self, drafter):
         self.drafter = drafter
         self.capture = drafter.cfg.capture_layers
 
     def _fuse(self, streams):
-        return self.drafter.fuse([s.to(self.drafter.fc.weight.dtype) for s in streams])
+        return self.drafter.fuse([s.to(self.drafter.dtype) for s in streams])
 
     def start(self, tokens: list[int], streams) -> None:
         """tokens: committed ids ending with the newest one; streams: target features of all but it."""

@@ -1,0 +1,104 @@
+"""Training a chain drafter on a frozen target: where its batches come from and the optimiser loop.
+
+The batches are windows of a built-in corpus with the target run on each, or the target's
+regenerated answers and their stored states (`train.corpus: regenerated`). The loop is AdamW with
+a warmup-cosine schedule and gradient clipping, over the loss of the family's recipe
+(workers/drafters/chain/loss.py); it ends with the loss and each step's top-1 agreement on held-out
+windows.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from workers.data.regenerate import training_text
+from workers.data.target_features import FeatureBatches
+from workers.data.tokenizer import sample_windows, token_stream
+from workers.drafters.chain.loss import chain_loss
+from workers.models.features import HeadRows, target_pass
+from workers.runtime.lr_schedule import warmup_cosine_lr
+
+
+class CorpusBatches:
+    """Windows of a built-in corpus, with the target run on each batch for its states and logits."""
+
+    def __init__(self, target, tokenizer, corpus: str, split: str, max_chars: int, capture: tuple[int, ...]):
+        self.target, self.capture, self.head = target, capture, HeadRows(target)
+        self.stream = _stream(tokenizer, corpus, split, max_chars)
+        self.bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else 0
+        self.aligned = corpus == "chat"  # chat windows start at a sample's BOS, as the target saw them
+
+    def sample(self, batch_size: int, seq_len: int, gen: torch.Generator, device, vocab=None):
+        """(ids [B, T], streams, target logits [B, T, V or len(vocab)], loss mask or None); vocab: the
+        target ids to compute logits for (a drafter's draft vocabulary), all when None."""
+        ids = sample_windows(self.stream, batch_size, seq_len, self.bos, gen, self.aligned).to(device)
+        streams, logits = target_pass(self.target, ids, self.capture, self.head.select(vocab))
+        return ids, streams, logits, None
+
+
+def _stream(tokenizer, corpus: str, split: str, max_chars: int) -> torch.Tensor:
+    """Training text in the target's own format: its chat template when it has one."""
+    if corpus == "chat":
+        from workers.data.chat_format import chat_stream
+
+        return chat_stream(tokenizer, split, max_chars)
+    return token_stream(tokenizer, corpus, split, max_chars=max_chars)
+
+
+def training_sources(target, tokenizer, train, capture, data, features):
+    """(training batches, validation batches, the tokens the draft vocabulary is counted on, the
+    number of tokens in the training text)."""
+    if train.corpus != "regenerated":
+        chars = max(300_000, train.steps * train.batch_size * train.seq_len * 4)
+        batches = CorpusBatches(target, tokenizer, train.corpus, "train", chars, capture)
+        return (
+            batches,
+            CorpusBatches(target, tokenizer, train.corpus, "heldout", 200_000, capture),
+            batches.stream,
+            batches.stream.numel(),
+        )
+    if data is None or features is None:
+        raise ValueError("train.corpus 'regenerated' needs the target's regenerated text and features as inputs")
+    text = training_text(data, train.seq_len)
+    batches = FeatureBatches(target, text, features, capture)
+    return batches, batches.heldout(), text.ids[1:][text.scored[:-1]], text.ids.numel()  # vocabulary: answers
+
+
+def fit(drafter, batches, val, train, weights: list[float], *, seed: int, device, progress=None, vocab=None) -> dict:
+    """Train `drafter` in place for train.steps steps of `chain_loss` with step weights `weights`.
+    vocab: the target ids whose logits the loss needs (a draft vocabulary), all when None.
+    Returns the metrics: last training loss, held-out loss, each step's held-out top-1 agreement
+    (val_top1_step<s>), seconds and tokens seen."""
+    params = [p for p in drafter.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=train.lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(seed)
+    steps, t0, loss_v = train.steps, time.perf_counter(), float("nan")
+    drafter.train()
+    for step in range(steps):
+        lr = warmup_cosine_lr(train.lr, step, steps, warmup=10, decay_during_warmup=True)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        ids, streams, logits, mask = batches.sample(train.batch_size, train.seq_len, gen, device, vocab)
+        loss, _ = chain_loss(drafter, streams, logits, ids, weights, mask)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        loss_v = loss.item()
+        if progress is not None:
+            progress(step + 1, steps, loss_v)
+    seconds = time.perf_counter() - t0
+    drafter.eval()
+    with torch.no_grad():
+        ids, streams, logits, mask = val.sample(16, train.seq_len, gen, device, vocab)
+        val_loss, agree = chain_loss(drafter, streams, logits, ids, weights, mask)
+    metrics = {
+        "train_loss": loss_v,
+        "val_loss": val_loss.item(),
+        "train_seconds": seconds,
+        "tokens_seen": steps * train.batch_size * train.seq_len,
+    }
+    metrics.update({f"val_top1_step{s}": a for s, a in enumerate(agree)})
+    return metrics

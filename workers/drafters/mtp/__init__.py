@@ -1,0 +1,1 @@
+"""The MTP family: multi-token-prediction heads (workers/drafters/mtp/model.py)."""
