@@ -105,6 +105,21 @@ class ExperimentSpec(Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _blocks_hold_the_depths(self):
+        """A DFlash drafter drafts at most block_size - 1 tokens (and no tree: its pairings skip them)."""
+        evaluation = self.evaluation
+        for i, d in enumerate(self.drafters):
+            if d.kind != "dflash":
+                continue
+            if d.block_size - 1 < evaluation.max_depth:
+                raise ValueError(
+                    f"drafters[{i}].block_size: {d.block_size} drafts at most {d.block_size - 1} tokens a pass, "
+                    f"fewer than evaluation.max_depth {evaluation.max_depth}; raise block_size to "
+                    f"{evaluation.max_depth + 1} or lower max_depth"
+                )
+        return self
+
     def resources_for(self, kind: str) -> Resources:
         return self.resources.get(kind, KINDS[kind].resources)
 
@@ -278,12 +293,17 @@ def _merge_union_errors(problems: list[tuple[tuple, str]]) -> list[tuple[tuple, 
     return [(loc, msgs[0] if len(msgs) == 1 else " or ".join(msgs)) for loc, msgs in merged.items()]
 
 
+def _path_loc(path: str) -> tuple:
+    """'drafters[0].block_size' -> ('drafters', 0, 'block_size')."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"\.|\[|\]\.?", path) if part)
+
+
 def _describe(err: dict) -> tuple[tuple, str]:
     loc = _clean_loc(tuple(err["loc"]))
     msg = err["msg"].removeprefix("Value error, ")
-    named = re.fullmatch(r"([a-z_]+(?:\.[a-z_]+)+): (.+)", msg, re.S) if not loc else None
+    named = re.fullmatch(r"([a-z_]+(?:\[\d+\])?(?:\.[a-z_]+(?:\[\d+\])?)+): (.+)", msg, re.S) if not loc else None
     if named:  # a check across sections names the field it is about: point at that field's line
-        loc, msg = tuple(named.group(1).split(".")), named.group(2)
+        loc, msg = _path_loc(named.group(1)), named.group(2)
     if err["type"] == "extra_forbidden":
         msg = _unknown_key(tuple(err["loc"]), loc)
     elif err["type"] == "union_tag_not_found" and len(loc) == 2 and loc[0] == "drafters":

@@ -77,6 +77,28 @@ def build_tiny_mtp(tiny, recipe: str, norm: str):
     return load_mtp(cached_dir(files), target=target, device="cpu", dtype=torch.float32), files
 
 
+def build_tiny_dflash(tiny, layers: int = 2, block_size: int = 5):
+    """(drafter, files): a trained DFlash block drafter on a tiny target."""
+    import torch
+
+    from pipeline.core.files import cached_dir
+    from pipeline.core.model_settings import DFlashDrafterSpec
+    from workers.drafters.dflash.checkpoint import load_dflash
+    from workers.drafters.dflash.train import train_dflash
+
+    target, tokenizer, _ = tiny
+    train = {k: v for k, v in TINY_DRAFT_TRAIN.items() if k != "ttt_depth"} | {"steps": 30, "anchors": 8}
+    spec = DFlashDrafterSpec(name="dflash", kind="dflash", layers=layers, block_size=block_size, train=train)
+    files, _ = train_dflash(target=target, tokenizer=tokenizer, spec=spec, seed=0, device=torch.device("cpu"))
+    return load_dflash(cached_dir(files), target=target, device="cpu", dtype=torch.float32), files
+
+
+@pytest.fixture(scope="session")
+def tiny_dflash(tiny_target):
+    """A trained two-layer DFlash drafter of block size 5 on the tiny target."""
+    return build_tiny_dflash(tiny_target)
+
+
 @pytest.fixture(scope="session")
 def tiny_target():
     return build_tiny_target()

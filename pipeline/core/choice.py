@@ -100,6 +100,7 @@ def choose_depth(
     seed: int = 0,
     n_boot: int = 1000,
     level: float = 0.9,
+    cost_model: str | None = None,
 ) -> DepthChoice:
     """The k in 0..max_depth with the highest predicted speedup (the smaller k on a tie).
 
@@ -114,7 +115,7 @@ def choose_depth(
     if cost_ratio <= 0:
         raise ValueError(f"cost_ratio must be > 0, got {cost_ratio}")
     tokens = curve.decode_accept_len or curve.accept_len
-    cost = list(pass_cost) if pass_cost is not None else [k * cost_ratio + 1.0 for k in range(len(tokens))]
+    cost = list(pass_cost) if pass_cost is not None else leviathan_cost(cost_ratio, len(tokens))
     if len(cost) != len(tokens) or min(cost) <= 0:
         raise ValueError(f"pass_cost needs a positive cost for every k = 0..{curve.max_depth}, got {cost}")
     speedups = [a / c for a, c in zip(tokens, cost)]
@@ -137,7 +138,7 @@ def choose_depth(
         depth=chosen,
         accept_len=curve.accept_len[chosen],
         decode_accept_len=curve.decode_accept_len[chosen] if curve.decode_accept_len else None,
-        cost_model="timed" if pass_cost is not None else "leviathan",
+        cost_model=cost_model or ("timed" if pass_cost is not None else "leviathan"),
         speedup=speedups[chosen],
         cost_ratio=cost_ratio,
         speedups=tuple(speedups),
@@ -146,13 +147,27 @@ def choose_depth(
     )
 
 
-def batch_speedup(accept_len: Sequence[float], *, draft_ms: float, verify_ms: Sequence[float]) -> list[float]:
-    """speedup(B, k) = accept_len(k) * t_decode(B) / (k * t_draft(B) + t_verify(B, k+1)) for k = 0..K.
+def batch_speedup(
+    accept_len: Sequence[float], *, draft_ms: float, verify_ms: Sequence[float], one_pass: bool = False
+) -> list[float]:
+    """speedup(B, k) = accept_len(k) * t_decode(B) / (n(k) * t_draft(B) + t_verify(B, k+1)) for k = 0..K,
+    where n(k) = k drafter passes, or one for k >= 1 when the drafter drafts a round in one pass
+    (`one_pass`, a DFlash block drafter: t_draft is then that pass).
 
     verify_ms[k] is the target pass over k+1 new tokens at this batch size (verify_ms[0]: decode).
     """
     decode = verify_ms[0]
-    return [a * decode / (k * draft_ms + verify_ms[k]) for k, a in enumerate(accept_len)]
+    return [a * decode / (draft_passes(k, one_pass) * draft_ms + verify_ms[k]) for k, a in enumerate(accept_len)]
+
+
+def draft_passes(k: int, one_pass: bool) -> int:
+    """Drafter passes of a round at depth k: k, or one (none at k = 0) for a one-pass drafter."""
+    return min(k, 1) if one_pass else k
+
+
+def leviathan_cost(cost_ratio: float, depths: int, one_pass: bool = False) -> list[float]:
+    """Leviathan's cost of a round at k = 0..depths-1 in decode steps: draft_passes(k) * c + 1."""
+    return [draft_passes(k, one_pass) * cost_ratio + 1.0 for k in range(depths)]
 
 
 def depth_per_batch(curve: Curve, cost, first: int | None = None) -> dict[int, int]:
@@ -163,7 +178,7 @@ def depth_per_batch(curve: Curve, cost, first: int | None = None) -> dict[int, i
     out: dict[int, int] = {}
     cap = None
     for b, draft, verify in zip(cost.batch_sizes, cost.draft_ms_by_batch, cost.verify_ms_by_batch):
-        speedups = batch_speedup(tokens[: len(verify)], draft_ms=draft, verify_ms=verify)
+        speedups = batch_speedup(tokens[: len(verify)], draft_ms=draft, verify_ms=verify, one_pass=cost.one_pass)
         k = max(range(len(speedups)), key=lambda k: (speedups[k], -k))
         if cap is None and first is not None:
             k = first

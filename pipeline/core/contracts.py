@@ -75,11 +75,11 @@ class RegenerateConfig(JobConfig):
 
 
 class TargetFeaturesConfig(JobConfig):
-    """The target's hidden states over its regenerated text, at the layers an EAGLE fusion reads,
-    computed once and shared by every drafter of that target and fusion."""
+    """The target's hidden states over its regenerated text, at the layers a drafter's rule reads
+    (workers/drafters/target_layers.py), computed once and shared by every drafter of that target and rule."""
 
     target: TargetRef
-    fusion: str  # "tri" | "last"
+    fusion: str  # "tri" | "last" | "spread<n>"
     capture_layers: tuple[int, ...] | None  # the spec's explicit choice; None: the fusion's default
     device: str
     unhashed: ClassVar[dict] = {"target": {"name"}}

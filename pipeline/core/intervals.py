@@ -84,7 +84,9 @@ def speedup_bands(
     def at(batch: int, draft_ms: float | None, verify_ms: Sequence[float] | None):
         if draft_ms is None:
             return lambda t: [a / c for a, c in zip(t, batch1_cost)]
-        return lambda t: batch_speedup(t[: len(verify_ms)], draft_ms=draft_ms, verify_ms=verify_ms)
+        return lambda t: batch_speedup(
+            t[: len(verify_ms)], draft_ms=draft_ms, verify_ms=verify_ms, one_pass=cost.one_pass
+        )
 
     costs = [(1, None, None)] + [
         (b, d, v) for b, d, v in zip(cost.batch_sizes, cost.draft_ms_by_batch, cost.verify_ms_by_batch) if b != 1

@@ -26,9 +26,9 @@ from pipeline.core.settings import (
 )
 from pipeline.core.sources import is_file, locate, looks_like_path
 
-DRAFTER_KINDS = ("eagle3", "mtp", "standalone")
+DRAFTER_KINDS = ("eagle3", "mtp", "dflash", "standalone")
 # what serving engines call a drafter of each kind (vLLM's method names): each family's `method`
-SERVED_AS = {"eagle3": "eagle3", "mtp": "mtp", "standalone": "draft_model"}
+SERVED_AS = {"eagle3": "eagle3", "mtp": "mtp", "dflash": "dflash", "standalone": "draft_model"}
 
 
 class TrainTarget(Strict):
@@ -181,7 +181,19 @@ class TrainMtp(TrainDrafter):
     ttt_depth: int = Count(3, le=16, description="chain steps the recursive recipe unrolls (vanilla: 1)")
 
 
-class MtpDrafterSpec(Strict):
+class _TrainedForTheTarget(Strict):
+    """Mixin for a drafter kind always trained here against its target, on its `train.corpus`."""
+
+    @property
+    def trained_here(self) -> bool:
+        return True
+
+    @property
+    def training_corpus(self) -> str:
+        return self.train.corpus
+
+
+class MtpDrafterSpec(_TrainedForTheTarget):
     """A multi-token-prediction head trained for the target: [norm(embedding); norm(target's last
     hidden)] projected to one input of one decoder layer, over the target's frozen final norm and
     output head. `vanilla` trains chain step 0 only; `recursive` unrolls the layer over
@@ -203,17 +215,48 @@ class MtpDrafterSpec(Strict):
         return self
 
     @property
-    def trained_here(self) -> bool:
-        return True
-
-    @property
-    def training_corpus(self) -> str:
-        return self.train.corpus
-
-    @property
     def target_states(self) -> dict:
         """The target states it trains on: its last hidden state (a target_features job's `last` fusion)."""
         return {"fusion": "last", "capture_layers": None}
+
+
+class TrainDFlash(Strict):
+    steps: int = Count(200, le=MAX_STEPS)
+    lr: float = Field(3e-3, gt=0, le=10)
+    batch_size: int = Count(16, le=MAX_BATCH)
+    seq_len: int = Count(128, ge=8, le=MAX_TOKENS)
+    corpus: DrafterCorpus = "stdlib"
+    anchors: int = Count(16, le=MAX_TOKENS, description="random block anchors per training window")
+
+
+class DFlashDrafterSpec(_TrainedForTheTarget):
+    """A DFlash block drafter trained for the target: `layers` decoder layers over the target's
+    states at `target_layer_ids` (0-based; default spread over the target), drafting block_size - 1
+    tokens in one non-causal pass. `loss_decay`: the block positions' loss weights exp(-(k-1)/decay)."""
+
+    name: str = NAME
+    kind: Literal["dflash"]
+    layers: int = Count(1, le=16)
+    block_size: int = Count(8, ge=2, le=64)
+    target_layer_ids: list[Annotated[int, Field(ge=0, le=MAX_LAYERS, strict=True)]] | None = Field(
+        None, min_length=1, description="0-based target layers whose outputs the drafter reads"
+    )
+    loss_decay: float | None = Field(None, gt=0, le=1000)
+    train: TrainDFlash = TrainDFlash()
+
+    @model_validator(mode="after")
+    def _blocks_fit(self):
+        if self.block_size >= self.train.seq_len:
+            raise ValueError(
+                f"block_size {self.block_size} leaves no context in train.seq_len {self.train.seq_len} tokens"
+            )
+        return self
+
+    @property
+    def target_states(self) -> dict:
+        """The target states it trains on: the outputs of its target layers (a `spread` rule)."""
+        chosen = tuple(i + 1 for i in self.target_layer_ids) if self.target_layer_ids else None
+        return {"fusion": f"spread{self.layers}", "capture_layers": chosen}
 
 
 class TrainStandalone(TrainTarget):
@@ -264,6 +307,7 @@ def _drafter_kind(value) -> str | None:
 DrafterSpec = Annotated[
     Annotated[Eagle3DrafterSpec, Tag("eagle3")]
     | Annotated[MtpDrafterSpec, Tag("mtp")]
+    | Annotated[DFlashDrafterSpec, Tag("dflash")]
     | Annotated[StandaloneDrafterSpec, Tag("standalone")],
     Discriminator(_drafter_kind),
 ]

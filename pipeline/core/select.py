@@ -2,7 +2,8 @@
 
 The primary curve is the spec's first condition at its first temperature. The cost model is
 the timed engine iteration at every depth (`pass_ms`), unless the spec sets `cost.cost_ratio`,
-which selects Leviathan's `k c + 1`. With costs profiled at several batch sizes, a depth per
+which selects Leviathan's `k c + 1` (`c + 1` for every k >= 1 of a drafter that drafts a round in one
+pass). With costs profiled at several batch sizes, a depth per
 batch size follows, as a schedule of inclusive batch-size ranges. With rank paths measured and
 tree passes timed, a draft tree is chosen too (pipeline/core/tree_choice.py); its siblings are the
 drafter's top-k, verified as one-hot drafts at temperature above 0, as serving engines draft trees,
@@ -13,7 +14,7 @@ predicts for it under its own drafting rule.
 from __future__ import annotations
 
 from pipeline.core.categories import choose_by_category
-from pipeline.core.choice import choose_depth, depth_per_batch
+from pipeline.core.choice import choose_depth, depth_per_batch, leviathan_cost
 from pipeline.core.contracts import Measured, SelectDepthConfig, Selected
 from pipeline.core.schedule import schedule_from_choices
 from pipeline.core.tree_choice import choose_tree
@@ -31,8 +32,17 @@ def run(config: SelectDepthConfig, inputs: dict, *, num_gpus: float, progress) -
     ratio = config.cost_ratio if config.cost_ratio is not None else cost.cost_ratio
     # cost tables from before engine iterations were timed have no pass_ms
     pass_cost = tuple(cost.pass_cost) if config.cost_ratio is None and cost.pass_ms else None
+    cost_model = None
+    if pass_cost is None and cost.one_pass:  # Leviathan's model with one drafter pass a round
+        pass_cost, cost_model = tuple(leviathan_cost(ratio, len(curve.accept_len), one_pass=True)), "leviathan"
     choice = choose_depth(
-        curve, ratio, pass_cost=pass_cost, per_prompt=per_prompt or None, walks=walks or None, seed=config.seed
+        curve,
+        ratio,
+        pass_cost=pass_cost,
+        per_prompt=per_prompt or None,
+        walks=walks or None,
+        seed=config.seed,
+        cost_model=cost_model,
     )
     batch_depths = schedule = None
     if cost.draft_ms_by_batch:  # a depth per profiled batch size; batch size 1 keeps the noise-aware choice

@@ -37,7 +37,7 @@ def predictor(selected: Selected, curve: Curve, cost: CostProfile) -> Callable[[
     batch-size model (draft and verify timed at that batch size) elsewhere."""
     tokens = curve.decode_accept_len or curve.accept_len
     by_batch = {
-        b: batch_speedup(tokens[: len(verify)], draft_ms=draft, verify_ms=verify)
+        b: batch_speedup(tokens[: len(verify)], draft_ms=draft, verify_ms=verify, one_pass=cost.one_pass)
         for b, draft, verify in zip(cost.batch_sizes, cost.draft_ms_by_batch, cost.verify_ms_by_batch)
     }
 

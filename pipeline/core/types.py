@@ -77,6 +77,9 @@ class CostProfile:
     # whose clock timed it: "specfleet" (its own engine, the profile_cost job) or a serving engine
     # and its release, "vllm 0.32.0" (the engine_cost job: whole engine iterations, nothing apart)
     timed_by: str = "specfleet"
+    # a round's drafts cost ONE drafter pass (draft_ms) whatever their number (a DFlash block drafter),
+    # not one pass each (pipeline/core/choice.py::draft_passes)
+    one_pass: bool = False
 
     @property
     def cost_ratio(self) -> float:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.core.choice import leviathan_cost
 from pipeline.core.intervals import BatchSpeedup, speedup_bands
 from pipeline.report import figures as fig
 from pipeline.report import served as srv
@@ -34,7 +35,7 @@ def pairing_speedups(pairing) -> list[BatchSpeedup]:
     if not (pairing.measured and pairing.profiled and pairing.selected):
         return []
     selected, curve = pairing.selected, pairing.measured.primary.curve
-    batch1 = selected.pass_cost or [k * selected.choice.cost_ratio + 1.0 for k in range(curve.max_depth + 1)]
+    batch1 = selected.pass_cost or leviathan_cost(selected.choice.cost_ratio, curve.max_depth + 1)
     chosen = {**(selected.batch_depths or {}), 1: selected.choice.depth}
     # the select job's seed: the same resamples its choice saw
     return speedup_bands(

@@ -6,6 +6,7 @@ draft tree is served, its own row beside the chain's (no interval: trees are cho
 from __future__ import annotations
 
 from pipeline.autotune.choice_row import choice_row, tree_of
+from pipeline.core.choice import leviathan_cost
 from pipeline.core.prediction_check import PredictionCheck, point_check, prediction_checks
 from pipeline.core.timing_noise import prediction_sigma
 from pipeline.report.figures import LEVEL
@@ -22,7 +23,7 @@ def pairing_checks(pairing) -> list[PredictionCheck]:
     selected, check = pairing.selected, pairing.validated.speedup_check
     primary = pairing.measured.primary
     depths = len(check.measured_speedup)
-    cost = selected.pass_cost or [k * selected.choice.cost_ratio + 1.0 for k in range(depths)]
+    cost = selected.pass_cost or leviathan_cost(selected.choice.cost_ratio, depths)
     return prediction_checks(
         primary.curve,
         walks=primary.walks,

@@ -100,7 +100,9 @@ def test_all_errors_at_once():
 def test_an_unknown_drafter_kind_names_every_kind():
     for kind, got in (("medusa", "'medusa'"), ("Eagle3", "'Eagle3'"), ("[eagle3]", "['eagle3']")):
         msgs = errors_of(GOOD.replace("kind: eagle3", f"kind: {kind}"))
-        assert msgs == [f"drafters[0].kind: unknown drafter kind {got}; use one of eagle3, mtp, standalone (line 7)"]
+        assert msgs == [
+            f"drafters[0].kind: unknown drafter kind {got}; use one of eagle3, mtp, dflash, standalone (line 7)"
+        ]
 
 
 def test_an_mtp_head_takes_its_recipe_and_the_vanilla_recipe_one_step():
@@ -116,6 +118,18 @@ def test_an_mtp_head_takes_its_recipe_and_the_vanilla_recipe_one_step():
     assert msg.startswith("drafters[0].recipe:")
     (msg,) = errors_of(GOOD.replace("kind: eagle3", "kind: mtp\n    fusion: tri"))  # an EAGLE switch
     assert msg.startswith("drafters[0].fusion:")
+
+
+def test_a_dflash_drafter_drafts_within_its_block_and_no_tree():
+    dflash = GOOD.replace("kind: eagle3\n    train: {ttt_depth: 2}", "kind: dflash\n    block_size: 7")
+    spec = parse_spec(dflash + "evaluation: {max_depth: 6}\n")
+    drafter = spec.drafters[0]
+    assert (drafter.layers, drafter.block_size, drafter.target_states["fusion"]) == (1, 7, "spread1")
+    (msg,) = errors_of(dflash + "evaluation: {max_depth: 7}\n")
+    assert msg.startswith("drafters[0].block_size: 7 drafts at most 6 tokens") and "max_depth 7" in msg
+    assert msg.endswith("(line 8)")  # the drafter's block_size line
+    (msg,) = errors_of(dflash.replace("block_size: 7", "block_size: 8\n    train: {seq_len: 8}"))
+    assert msg.startswith("drafters[0]: block_size 8 leaves no context")
 
 
 @pytest.mark.parametrize(

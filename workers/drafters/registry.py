@@ -36,6 +36,7 @@ class FamilyEntry:
 
 FAMILIES: dict[str, FamilyEntry] = {
     "eagle3": FamilyEntry("workers.drafters.eagle3.family:Eagle3Family", "workers.drafters.eagle3.train:train_eagle3"),
+    "dflash": FamilyEntry("workers.drafters.dflash.family:DFlashFamily", "workers.drafters.dflash.train:train_dflash"),
     "mtp": FamilyEntry("workers.drafters.mtp.family:MtpFamily", "workers.drafters.mtp.train:train_mtp"),
     "standalone": FamilyEntry(
         "workers.drafters.standalone.family:StandaloneFamily", "workers.drafters.standalone.train:train_standalone"

@@ -12,20 +12,16 @@ from workers.runtime.device import pick_device
 def run(config: MeasureCurveConfig, inputs: dict, *, num_gpus: float, progress) -> Measured:
     device = pick_device(num_gpus)
     target, tokenizer, family, drafter = load_pairing(config.target, config.drafter, inputs, device)
+    evaluation = config.evaluation if family.drafts_trees else config.evaluation.model_copy(update={"tree_topk": 0})
     results = measure_curves(
-        target=target,
-        drafter=drafter,
-        family=family,
-        tokenizer=tokenizer,
-        evaluation=config.evaluation,
-        seed=config.seed,
+        target=target, drafter=drafter, family=family, tokenizer=tokenizer, evaluation=evaluation, seed=config.seed
     )
     return Measured(
         curves=tuple(
             MeasuredCurve(curve=curve, per_prompt=prompts, walks=walks, rank_paths=paths)
             for curve, _, prompts, walks, paths in results
         ),
-        rank_topk=config.evaluation.tree_topk,
+        rank_topk=evaluation.tree_topk,
         diagnostics=tuple(
             DiagnosticValue(
                 condition=curve.condition, temperature=curve.temperature, depth=depth, name=name, value=value

@@ -36,6 +36,6 @@ def run(config: ProfileCostConfig, inputs: dict, *, num_gpus: float, progress) -
         prompts=prompts,
         new_tokens=p.new_tokens,
         batch_sizes=tuple(c.batch_sizes),
-        tree_budget=c.tree_budget,
+        tree_budget=c.tree_budget if family.drafts_trees else 0,  # a family that drafts no tree times none
     )
     return Profiled(cost=cost)

@@ -1,11 +1,11 @@
-"""target_features: the target's hidden states over its regenerated text, for its EAGLE drafters."""
+"""target_features: the target's hidden states over its regenerated text, for the drafters that read them."""
 
 from __future__ import annotations
 
 from pipeline.core.contracts import Dataset, TargetFeaturesConfig
 from workers.data.regenerate import load_text
 from workers.data.target_features import compute_features
-from workers.drafters.eagle3.model import capture_layers
+from workers.drafters.target_layers import capture_layers
 from workers.models.loading import load_target
 from workers.runtime.device import pick_device
 

@@ -118,6 +118,7 @@ def profile_cost(
         tree_verify_ms_by_batch=tuple(tree_verify),
         tree_draft_ms_by_batch=tuple(tree_draft),
         tree_pass_ms=tuple(tree_passes),
+        one_pass=family.one_pass,
     )
 
 

@@ -20,7 +20,7 @@ def warmup_cosine_lr(base: float, step: int, steps: int, *, warmup: int, decay_d
         at the last step: base * 0.5 * (1 + cos(pi * (step - warmup) / max(1, steps - warmup))).
         The ramp ends at base (step warmup - 1) and the cosine starts there (step warmup).
 
-    decay_during_warmup=True (drafters, workers/drafters/chain/training.py; warmup=10): warm-up times decay.
+    decay_during_warmup=True (drafters, workers/drafters/training.py; warmup=10): warm-up times decay.
         A half cosine over the *whole* run, 0.5 * (1 + cos(pi * step / steps)), is multiplied by
         the ramp min(1, (step + 1) / warmup); the ramp and the decay overlap, so the peak is a bit
         under base and the rate at step `warmup` is already decaying.

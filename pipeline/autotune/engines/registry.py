@@ -88,6 +88,11 @@ from pipeline.autotune.engines.common import Emitted, EngineVersionError, parse_
 MODULES = {m.NAME: m for m in (vllm, sglang, trtllm, transformers)}
 ENGINES = tuple(MODULES)
 WRITTEN = ("eagle3", "draft_model")  # the methods the engine modules write settings for
+UNWRITTEN = {  # why the others get none
+    "mtp": "no stock engine serves an MTP head trained for a Llama-family target (vLLM's method mtp, SGLang's "
+    "NEXTN and TensorRT-LLM's MTP build MTP layers only for model types that ship them)",
+    "dflash": "specfleet does not write DFlash settings yet",
+}
 
 
 def check_version(engine: str, version: str | None) -> Version:
@@ -114,10 +119,9 @@ def emit(
     chosen gets the chain, with a note saying why."""
     module = MODULES[engine]
     v = check_version(engine, version)
-    if method not in WRITTEN:  # an MTP head: no stock engine loads one for the targets specfleet trains it on
-        raise EngineVersionError(
-            f"{engine}: specfleet writes settings for {' and '.join(WRITTEN)} drafters, not {method}", option="--method"
-        )
+    if method not in WRITTEN:
+        why = UNWRITTEN.get(method, f"specfleet writes settings for {' and '.join(WRITTEN)} drafters, not {method}")
+        raise EngineVersionError(f"{engine}: {why}", option="--method")
     out = module.emit(
         list(schedule),
         model=model,

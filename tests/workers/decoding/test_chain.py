@@ -13,6 +13,9 @@ import workers.decoding.chain as engine
 from workers.decoding.chain import accept_drafts, generate
 from workers.decoding.sampling import one_hot_q
 from workers.drafters.chain.proposer import ChainProposer
+from workers.drafters.dflash.model import drafter_from_target as dflash_from_target
+from workers.drafters.dflash.proposer import BlockProposer
+from workers.drafters.dflash.train import dflash_config_for
 from workers.drafters.eagle3.model import drafter_from_target
 from workers.drafters.eagle3.train import drafter_config_for
 from workers.drafters.standalone.proposer import ModelProposer
@@ -108,15 +111,25 @@ def _exact_joint(target, prompt, n_new, temperature: float = 1.0):
 
 @pytest.mark.parametrize(
     "kind,temperature,draft_sampling",
-    [("eagle", 1.0, "sampled"), ("eagle", 0.7, "greedy"), ("model", 0.7, "sampled"), ("model", 0.7, "greedy")],
+    [
+        ("eagle", 1.0, "sampled"),
+        ("eagle", 0.7, "greedy"),
+        ("model", 0.7, "sampled"),
+        ("model", 0.7, "greedy"),
+        ("block", 0.7, "sampled"),
+    ],
 )
 @pytest.mark.slow
 def test_sampled_decoding_matches_the_target_distribution(kind, temperature, draft_sampling):
-    """Both proposers (the draft model's rejection path included), each with both ways of drafting,
-    at T = 1 and at another temperature."""
+    """Every proposer (the draft model's rejection path included; a DFlash block's drafts, each drawn
+    from its own position's q in one pass), with both ways of drafting, at T = 1 and at another
+    temperature."""
     target = _tiny_llama(0)
     if kind == "model":
         proposer = ModelProposer(_tiny_llama(1, layers=1))  # a draft model smaller than its target, as in use
+    elif kind == "block":
+        torch.manual_seed(2)
+        proposer = BlockProposer(dflash_from_target(target, dflash_config_for(target, layers=1, block_size=3)).eval())
     else:
         cfg = drafter_config_for(target, norm="pre", fc_norm=False, fusion="tri")
         torch.manual_seed(2)

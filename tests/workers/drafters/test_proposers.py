@@ -9,11 +9,15 @@ import pytest
 import torch
 
 import workers.drafters.chain.proposer as chain_module
+import workers.drafters.dflash.proposer as block_module
 import workers.drafters.standalone.proposer as model_module
 from tests.workers.decoding.test_chain import _tiny_llama
 from workers.decoding.chain import generate
 from workers.decoding.sampling import sample
 from workers.drafters.chain.proposer import ChainProposer
+from workers.drafters.dflash.model import drafter_from_target as dflash_from_target
+from workers.drafters.dflash.proposer import BlockProposer
+from workers.drafters.dflash.train import dflash_config_for
 from workers.drafters.eagle3.model import drafter_from_target
 from workers.drafters.eagle3.train import drafter_config_for
 from workers.drafters.mtp.model import head_from_target
@@ -34,9 +38,16 @@ def _mtp(target):
     return ChainProposer(head_from_target(target, mtp_config_for(target, norm="post")).eval())
 
 
+def _dflash(target):
+    torch.manual_seed(2)
+    cfg = dflash_config_for(target, layers=1, block_size=5)
+    return BlockProposer(dflash_from_target(target, cfg).eval())
+
+
 PROPOSERS = {
     "eagle3": (chain_module, _eagle),
     "mtp": (chain_module, _mtp),
+    "dflash": (block_module, _dflash),
     "standalone": (model_module, lambda target: ModelProposer(_tiny_llama(1, vocab=40, layers=1))),
 }
 

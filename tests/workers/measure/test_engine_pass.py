@@ -62,7 +62,7 @@ def test_the_profile_times_the_engine_in_two_blocks_around_everything_else(monke
 
     monkeypatch.setattr(cost, "engine_pass_ms", fake_engine)
     monkeypatch.setattr(cost, "_profile_batch", fake_batch)
-    family = type("Family", (), {"proposer": staticmethod(lambda drafter: "proposer")})()
+    family = type("Family", (), {"proposer": staticmethod(lambda drafter: "proposer"), "one_pass": False})()
     profile = cost.profile_cost(
         target=torch.nn.Linear(2, 2),
         drafter=None,

@@ -12,6 +12,9 @@ from workers.models.features import target_pass
 
 
 class ChainFamily:
+    one_pass = False  # one drafter pass per draft
+    drafts_trees = True
+
     def chains(self, drafter, target, depth: int) -> HiddenChains:
         return HiddenChains(drafter, target, depth)
 

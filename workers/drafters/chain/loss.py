@@ -40,6 +40,11 @@ def chain_loss(drafter, streams, target_logits, input_ids, weights: list[float],
     return total, agree
 
 
+def weighted_chain_loss(weights: list[float]):
+    """The loss of a recipe with these step weights, as the training loop calls it."""
+    return lambda drafter, ids, streams, logits, mask: chain_loss(drafter, streams, logits, ids, weights, mask)
+
+
 def _mean(values: torch.Tensor, mask: torch.Tensor | None, s: int) -> torch.Tensor:
     """Mean over the positions step s scores; with a mask, over those whose target position is kept."""
     if mask is None:

@@ -48,7 +48,8 @@ from types import SimpleNamespace
 
 import torch
 
-from workers.drafters.eagle3.model import DrafterConfig, Eagle3Drafter, capture_layers
+from workers.drafters.eagle3.model import DrafterConfig, Eagle3Drafter
+from workers.drafters.target_layers import capture_layers
 from workers.models.rope import rope_settings
 
 # the layer's weights as specfleet names them -> the EAGLE authors' / SpecForge name

@@ -63,24 +63,6 @@ class DrafterConfig(AttentionShape):
         return cls(**{**d, "capture_layers": tuple(d["capture_layers"])})
 
 
-def capture_layers(num_layers: int, fusion: str, chosen=None) -> tuple[int, ...]:
-    """Which `hidden_states[i]` feed the drafter: `chosen` (the spec's capture_layers), checked
-    against the target, or the fusion's default.
-
-    tri: EAGLE-3's low/mid/high = (2, N//2, N-3) for N >= 8 layers; for shallower targets
-    (1, N//2, N-1) so the three streams stay distinct. last: the final hidden state (EAGLE-1).
-    """
-    if chosen:
-        if max(chosen) > num_layers:
-            raise ValueError(f"capture_layers {list(chosen)}: the target has hidden states 0..{num_layers}")
-        return tuple(chosen)
-    if fusion == "last":
-        return (num_layers,)
-    if num_layers >= 8:
-        return (2, num_layers // 2, num_layers - 3)
-    return (1, num_layers // 2, num_layers - 1)
-
-
 class Eagle3Drafter(ChainDrafter):
     def __init__(self, cfg: DrafterConfig):
         super().__init__()

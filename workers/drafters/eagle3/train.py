@@ -2,17 +2,19 @@
 
 Loss: sum_s 0.8^s * softCE(target's next-token distribution, drafter step s), s < ttt_depth
 (workers/drafters/chain/loss.py); the batches and the loop are every chain drafter's
-(workers/drafters/chain/training.py).
+(workers/drafters/training.py).
 """
 
 from __future__ import annotations
 
 import torch
 
+from workers.drafters.chain.loss import weighted_chain_loss
 from workers.drafters.chain.model import shape_of
-from workers.drafters.chain.training import fit, training_sources
 from workers.drafters.eagle3.checkpoint import save_eagle3
-from workers.drafters.eagle3.model import DrafterConfig, capture_layers, drafter_from_target
+from workers.drafters.eagle3.model import DrafterConfig, drafter_from_target
+from workers.drafters.target_layers import capture_layers
+from workers.drafters.training import fit, training_sources
 
 TTT_DECAY = 0.8
 
@@ -76,7 +78,7 @@ def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None, d
         batches,
         val,
         train,
-        ttt_weights(train.ttt_depth),
+        weighted_chain_loss(ttt_weights(train.ttt_depth)),
         seed=seed,
         device=device,
         progress=progress,

@@ -6,17 +6,19 @@
 - recursive: the same layer unrolled over `train.ttt_depth` steps on its own outputs, step s's
   loss weighted by 0.6^s and the weights normalised to sum to 1 (FastMTP's recipe).
 
-The loss and the loop are every chain drafter's (workers/drafters/chain/loss.py, training.py).
+The loss is every chain drafter's (workers/drafters/chain/loss.py), the loop every drafter's that reads
+the target's states (workers/drafters/training.py).
 """
 
 from __future__ import annotations
 
 import torch
 
+from workers.drafters.chain.loss import weighted_chain_loss
 from workers.drafters.chain.model import shape_of
-from workers.drafters.chain.training import fit, training_sources
 from workers.drafters.mtp.checkpoint import save_mtp
 from workers.drafters.mtp.model import MtpConfig, head_from_target
+from workers.drafters.training import fit, training_sources
 
 RECURSIVE_DECAY = 0.6
 
@@ -42,6 +44,6 @@ def train_mtp(*, target, tokenizer, spec, seed: int, device, progress=None, data
     batches, val, _, data_tokens = training_sources(target, tokenizer, train, cfg.capture_layers, data, features)
     head = head_from_target(target, cfg).to(device)
     weights = step_weights(spec.recipe, train.ttt_depth)
-    metrics = fit(head, batches, val, train, weights, seed=seed, device=device, progress=progress)
+    metrics = fit(head, batches, val, train, weighted_chain_loss(weights), seed=seed, device=device, progress=progress)
     metrics["data_tokens"] = data_tokens
     return save_mtp(head, next(target.parameters()).dtype), metrics  # stored in the dtype it runs in

@@ -36,6 +36,8 @@ class ModelChains:
 class StandaloneFamily:
     name = "standalone"
     method = SERVED_AS[name]
+    one_pass = False  # one draft-model pass per draft
+    drafts_trees = True
 
     def load(self, spec, trained: Trained | None, target):
         param = next(target.parameters())

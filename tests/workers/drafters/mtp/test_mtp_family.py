@@ -67,6 +67,6 @@ def test_export_and_every_engine_refuse_an_mtp_head_in_one_line(tmp_path):
         family.export(tmp_path / "checkpoint", tmp_path / "out")
     assert "\n" not in str(info.value) and not (tmp_path / "out").exists()
     for engine in engines.ENGINES:
-        with pytest.raises(engines.EngineVersionError, match="not mtp") as info:
+        with pytest.raises(engines.EngineVersionError, match="no stock engine serves an MTP head") as info:
             engines.emit(engine, [(1, 1, 2)], model="m", method="mtp")
         assert info.value.option == "--method"

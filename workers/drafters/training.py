@@ -1,10 +1,11 @@
-"""Training a chain drafter on a frozen target: where its batches come from and the optimiser loop.
+"""Training a drafter that reads the target's hidden states (EAGLE-3, MTP, DFlash) on the frozen
+target: where its batches come from and the optimiser loop.
 
 The batches are windows of a built-in corpus with the target run on each, or the target's
 regenerated answers and their stored states (`train.corpus: regenerated`). The loop is AdamW with
-a warmup-cosine schedule and gradient clipping, over the loss of the family's recipe
-(workers/drafters/chain/loss.py); it ends with the loss and each step's top-1 agreement on held-out
-windows.
+a warmup-cosine schedule and gradient clipping, over the loss the family gives
+(workers/drafters/chain/loss.py for the chain families); it ends with the loss and each step's
+top-1 agreement on held-out windows.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import torch
 from workers.data.regenerate import training_text
 from workers.data.target_features import FeatureBatches
 from workers.data.tokenizer import sample_windows, token_stream
-from workers.drafters.chain.loss import chain_loss
 from workers.models.features import HeadRows, target_pass
 from workers.runtime.lr_schedule import warmup_cosine_lr
 
@@ -66,9 +66,10 @@ def training_sources(target, tokenizer, train, capture, data, features):
     return batches, batches.heldout(), text.ids[1:][text.scored[:-1]], text.ids.numel()  # vocabulary: answers
 
 
-def fit(drafter, batches, val, train, weights: list[float], *, seed: int, device, progress=None, vocab=None) -> dict:
-    """Train `drafter` in place for train.steps steps of `chain_loss` with step weights `weights`.
-    vocab: the target ids whose logits the loss needs (a draft vocabulary), all when None.
+def fit(drafter, batches, val, train, loss_of, *, seed: int, device, progress=None, vocab=None) -> dict:
+    """Train `drafter` in place for train.steps steps of `loss_of(drafter, ids, streams, target
+    logits, mask) -> (loss, top-1 agreement per step)`. vocab: the target ids whose logits the loss
+    needs (a draft vocabulary), all when None.
     Returns the metrics: last training loss, held-out loss, each step's held-out top-1 agreement
     (val_top1_step<s>), seconds and tokens seen."""
     params = [p for p in drafter.parameters() if p.requires_grad]
@@ -81,7 +82,7 @@ def fit(drafter, batches, val, train, weights: list[float], *, seed: int, device
         for group in opt.param_groups:
             group["lr"] = lr
         ids, streams, logits, mask = batches.sample(train.batch_size, train.seq_len, gen, device, vocab)
-        loss, _ = chain_loss(drafter, streams, logits, ids, weights, mask)
+        loss, _ = loss_of(drafter, ids, streams, logits, mask)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -93,7 +94,7 @@ def fit(drafter, batches, val, train, weights: list[float], *, seed: int, device
     drafter.eval()
     with torch.no_grad():
         ids, streams, logits, mask = val.sample(16, train.seq_len, gen, device, vocab)
-        val_loss, agree = chain_loss(drafter, streams, logits, ids, weights, mask)
+        val_loss, agree = loss_of(drafter, ids, streams, logits, mask)
     metrics = {
         "train_loss": loss_v,
         "val_loss": val_loss.item(),

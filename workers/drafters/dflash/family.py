@@ -1,0 +1,56 @@
+"""The DFlash family as the rest of specfleet sees it: what loads, drafts, proposes and times a block
+drafter. Its drafting costs one block pass whatever the depth (`one_pass`), which the cost model
+reads (pipeline/core/choice.py); it drafts no tree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.core.artifacts import folder_of
+from pipeline.core.contracts import Trained
+from pipeline.core.model_settings import SERVED_AS
+from workers.drafters.dflash.chains import BlockChains
+from workers.drafters.dflash.checkpoint import load_dflash
+from workers.drafters.dflash.proposer import BlockProposer
+from workers.models.features import target_pass
+
+
+class DFlashFamily:
+    name = "dflash"
+    method = SERVED_AS[name]
+    one_pass = True  # the drafts of a round cost one drafter pass, whatever their number
+    drafts_trees = False  # its curves measure no ranks and its profile times no tree
+
+    def load(self, spec, trained: Trained | None, target):
+        if trained is None:
+            raise ValueError(f"drafter {spec.name}: a DFlash drafter is trained here; no checkpoint was given")
+        param = next(target.parameters())
+        return load_dflash(folder_of(trained), target=target, device=param.device, dtype=param.dtype)
+
+    def chains(self, drafter, target, depth: int) -> BlockChains:
+        return BlockChains(drafter, target, depth)
+
+    def proposer(self, drafter) -> BlockProposer:
+        return BlockProposer(drafter)
+
+    def hf_assistant(self, drafter):
+        """HF generate cannot draft with a block drafter: no assisted-generation comparison."""
+        return None
+
+    def step_timer(self, drafter, target, ctx, context_len: int):
+        """A closure running one block pass (all of a round's drafts) against a cached context of
+        context_len - 1 positions (the newest token is the block's first)."""
+        streams, _ = target_pass(target, ctx[:1, :-1], drafter.cfg.capture_layers)  # one row's states, seen B times
+        context = drafter.context([s.expand(ctx.shape[0], -1, -1) for s in streams])
+        cache = drafter.extend_context(None, context, 0)
+        return lambda: drafter.draft_block(cache, ctx[:, -1], context_len - 1)
+
+    def level_timers(self, drafter, target, ctx, context_len: int, widths) -> dict:
+        raise ValueError("a DFlash drafter drafts one block, not a tree")
+
+    def export(self, checkpoint: Path, out: Path, layout: str = "eagle3", verifier: str | None = None):
+        raise ValueError(
+            "specfleet does not export DFlash drafters for serving engines yet; its measured depth and speedup "
+            "are specfleet's own"
+        )
