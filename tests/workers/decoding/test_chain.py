@@ -129,7 +129,8 @@ def test_sampled_decoding_matches_the_target_distribution(kind, temperature, dra
         proposer = ModelProposer(_tiny_llama(1, layers=1))  # a draft model smaller than its target, as in use
     elif kind == "block":
         torch.manual_seed(2)
-        proposer = BlockProposer(dflash_from_target(target, dflash_config_for(target, layers=1, block_size=3)).eval())
+        cfg = dflash_config_for(target, layers=1, block_size=3, mask_token_id=V - 1)
+        proposer = BlockProposer(dflash_from_target(target, cfg).eval())
     else:
         cfg = drafter_config_for(target, norm="pre", fc_norm=False, fusion="tri")
         torch.manual_seed(2)

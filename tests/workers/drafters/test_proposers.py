@@ -40,7 +40,7 @@ def _mtp(target):
 
 def _dflash(target):
     torch.manual_seed(2)
-    cfg = dflash_config_for(target, layers=1, block_size=5)
+    cfg = dflash_config_for(target, layers=1, block_size=5, mask_token_id=39)
     return BlockProposer(dflash_from_target(target, cfg).eval())
 
 

@@ -1,5 +1,5 @@
-"""A DFlash drafter's checkpoint (workers/drafters/chain/checkpoint.py): its projection, layers, norms
-and mask vector; not the embedding and output head, which are the target's, frozen, and are taken
+"""A DFlash drafter's checkpoint (workers/drafters/chain/checkpoint.py): its projection, layers and
+norms; not the embedding and output head, which are the target's, frozen, and are taken
 from the target when the drafter is loaded."""
 
 from __future__ import annotations

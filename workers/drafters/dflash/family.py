@@ -1,11 +1,13 @@
-"""The DFlash family as the rest of specfleet sees it: what loads, drafts, proposes and times a block
-drafter. Its drafting costs one block pass whatever the depth (`one_pass`), which the cost model
+"""The DFlash family as the rest of specfleet sees it: what loads, drafts, proposes, times and exports
+a block drafter. Its drafting costs one block pass whatever the depth (`one_pass`), which the cost model
 reads (pipeline/core/choice.py); it drafts no tree.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import torch
 
 from pipeline.core.artifacts import folder_of
 from pipeline.core.contracts import Trained
@@ -49,8 +51,17 @@ class DFlashFamily:
     def level_timers(self, drafter, target, ctx, context_len: int, widths) -> dict:
         raise ValueError("a DFlash drafter drafts one block, not a tree")
 
-    def export(self, checkpoint: Path, out: Path, layout: str = "eagle3", verifier: str | None = None):
-        raise ValueError(
-            "specfleet does not export DFlash drafters for serving engines yet; its measured depth and speedup "
-            "are specfleet's own"
-        )
+    def export(
+        self, checkpoint: Path, out: Path, layout: str = "eagle3", verifier: str | None = None
+    ) -> tuple[str, str]:
+        """(folder, vLLM method): the drafter written once in the layout vLLM loads DFlash drafters from."""
+        from pipeline.core.files import staged_dir
+        from pipeline.core.kinds import resolve
+
+        if layout != "eagle3":
+            raise ValueError(f"a DFlash drafter has one engine layout; the {layout} format holds EAGLE-3 heads")
+        export_dflash = resolve("workers.drafters.dflash.export:export_dflash")  # the driver's, no job's
+        if not out.is_dir():  # written whole or not at all
+            with staged_dir(out) as tmp:
+                export_dflash(load_dflash(checkpoint, target=None, device="cpu", dtype=torch.float32), tmp)
+        return str(out.resolve()), self.method

@@ -9,7 +9,9 @@ context's own positions.
 
 Block: at anchor position a (the newest committed token x_a, whose target state is not known yet),
 the block is [x_a, MASK, ..., MASK] over positions a .. a + block_size - 1, embedded with the
-target's embedding (frozen) and one learned mask vector. Each layer's queries come from the block
+target's embedding (frozen). MASK is a token of the target's own vocabulary that its text never
+uses (`mask_token_id`, the rarest in the training text), so engines that take the target's
+embedding read the same vector for it. Each layer's queries come from the block
 only; they attend to every context key at positions < a and to the whole block (no causal mask
 inside it). Layers are Qwen3-style: per-head RMSNorm on queries and keys, rotary positions at the
 absolute positions (context and block alike), pre-norm residual attention and SwiGLU MLP. Block
@@ -41,11 +43,12 @@ class DFlashConfig(AttentionShape):
     hidden_size: int
     heads: int
     intermediate_size: int
-    vocab_size: int  # the target's; the mask token's id is vocab_size unless the target has one
+    vocab_size: int  # the target's
     target_layer_ids: tuple[int, ...]  # 0-based target layers whose outputs feed the context
+    mask_token_id: int  # the token a masked block position reads (a rare one of the target's vocabulary)
     layers: int = 1
     block_size: int = 8  # the block's positions: the newest token and block_size - 1 drafts
-    mask_token_id: int | None = None  # None: a token added after the target's vocabulary (vocab_size)
+    max_positions: int = 8192  # the target's context length, as engines size the drafter's
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6
     kv_heads: int | None = None
@@ -56,10 +59,6 @@ class DFlashConfig(AttentionShape):
     def capture_layers(self) -> tuple[int, ...]:
         """The `hidden_states` indices the context reads (layer i's output is hidden_states[i + 1])."""
         return tuple(i + 1 for i in self.target_layer_ids)
-
-    @property
-    def mask_id(self) -> int:
-        return self.vocab_size if self.mask_token_id is None else self.mask_token_id
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -119,13 +118,16 @@ class DFlashDrafter(nn.Module):
         super().__init__()
         if cfg.heads % cfg.num_kv_heads:
             raise ValueError(f"dflash drafter: {cfg.heads} attention heads do not split into {cfg.num_kv_heads} groups")
+        if not 0 <= cfg.mask_token_id < cfg.vocab_size:
+            raise ValueError(
+                f"dflash drafter: mask_token_id {cfg.mask_token_id} is not a token of the target's vocabulary"
+            )
         if cfg.block_size < 2:
             raise ValueError(f"dflash drafter: block_size {cfg.block_size} drafts nothing (it must be at least 2)")
         self.cfg = cfg
         d = cfg.hidden_size
         self.embed = nn.Embedding(cfg.vocab_size, d)  # the target's, frozen
         self.embed.weight.requires_grad_(False)
-        self.mask_embedding = nn.Parameter(torch.zeros(d))  # what a masked position reads
         self.fc = nn.Linear(len(cfg.target_layer_ids) * d, d, bias=False)
         self.hidden_norm = RMSNorm(d, cfg.rms_eps)
         self.layers = nn.ModuleList([BlockLayer(cfg) for _ in range(cfg.layers)])
@@ -152,9 +154,9 @@ class DFlashDrafter(nn.Module):
     def _embed_block(self, first: torch.Tensor) -> torch.Tensor:
         """first: [B, J] each block's first token -> [B, J * block_size, d] (the rest masked)."""
         B, J = first.shape
-        x = self.mask_embedding.to(self.dtype).expand(B, J, self.cfg.block_size, -1).clone()
-        x[:, :, 0] = self.embed(first).to(self.dtype)
-        return x.reshape(B, J * self.cfg.block_size, -1)
+        ids = first.new_full((B, J, self.cfg.block_size), self.cfg.mask_token_id)
+        ids[:, :, 0] = first
+        return self.embed(ids).to(self.dtype).reshape(B, J * self.cfg.block_size, -1)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.final_norm(x))
@@ -219,5 +221,4 @@ def drafter_from_target(target, cfg: DFlashConfig) -> DFlashDrafter:
     with torch.no_grad():
         drafter.embed.weight.copy_(target.get_input_embeddings().weight.float())
         drafter.lm_head.weight.copy_(target.get_output_embeddings().weight.float())
-        drafter.mask_embedding.normal_(0.0, float(drafter.embed.weight.std()))
     return drafter

@@ -22,12 +22,27 @@ from workers.drafters.target_layers import spread_layer_ids
 from workers.drafters.training import fit, training_sources
 
 
-def dflash_config_for(target, *, layers: int, block_size: int, target_layer_ids=None) -> DFlashConfig:
+def dflash_config_for(
+    target, *, layers: int, block_size: int, mask_token_id: int, target_layer_ids=None
+) -> DFlashConfig:
     n = target.config.num_hidden_layers
     ids = tuple(target_layer_ids) if target_layer_ids else spread_layer_ids(n, layers)
     if max(ids) >= n:
         raise ValueError(f"target_layer_ids {list(ids)}: the target has layers 0..{n - 1}")
-    return DFlashConfig(**shape_of(target), target_layer_ids=ids, layers=layers, block_size=block_size)
+    return DFlashConfig(
+        **shape_of(target),
+        target_layer_ids=ids,
+        layers=layers,
+        block_size=block_size,
+        mask_token_id=mask_token_id,
+        max_positions=int(getattr(target.config, "max_position_embeddings", None) or 8192),
+    )
+
+
+def rarest_token(stream: torch.Tensor, vocab: int) -> int:
+    """The mask token: the rarest token of the training text (the lowest such id), so a block's known
+    first token is almost never it."""
+    return int(torch.argmin(torch.bincount(stream, minlength=vocab)))
 
 
 def position_weights(block_size: int, decay: float | None) -> torch.Tensor:
@@ -72,11 +87,19 @@ def train_dflash(*, target, tokenizer, spec, seed: int, device, progress=None, d
     data, features: the target's regenerated text and its states, for `train.corpus: regenerated`.
     Returns (files, metrics)."""
     torch.manual_seed(seed)
-    cfg = dflash_config_for(
-        target, layers=spec.layers, block_size=spec.block_size, target_layer_ids=spec.target_layer_ids
+    capture = tuple(
+        i + 1 for i in spec.target_layer_ids or spread_layer_ids(target.config.num_hidden_layers, spec.layers)
     )
     train = spec.train
-    batches, val, _, data_tokens = training_sources(target, tokenizer, train, cfg.capture_layers, data, features)
+    batches, val, stream, data_tokens = training_sources(target, tokenizer, train, capture, data, features)
+    vocab = target.get_output_embeddings().weight.shape[0]
+    cfg = dflash_config_for(
+        target,
+        layers=spec.layers,
+        block_size=spec.block_size,
+        target_layer_ids=spec.target_layer_ids,
+        mask_token_id=rarest_token(stream, vocab),
+    )
     drafter = drafter_from_target(target, cfg).to(device)
     weights = position_weights(cfg.block_size, spec.loss_decay)
     gen = torch.Generator().manual_seed(seed + 1)  # the anchors', apart from the batches' draws

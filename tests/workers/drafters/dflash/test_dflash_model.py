@@ -13,11 +13,13 @@ from workers.drafters.dflash.train import dflash_config_for
 from workers.drafters.target_layers import capture_layers, spread_layer_ids
 from workers.models.features import target_pass
 
+MASK = 39  # a token of the 40-token vocabulary
+
 
 def _drafter(layers=2, block_size=4):
     target = _tiny_llama(0, vocab=40)
     torch.manual_seed(3)
-    cfg = dflash_config_for(target, layers=layers, block_size=block_size)
+    cfg = dflash_config_for(target, layers=layers, block_size=block_size, mask_token_id=MASK)
     return target, drafter_from_target(target, cfg).eval()
 
 
@@ -90,11 +92,16 @@ def test_the_target_embedding_and_head_are_shared_and_frozen():
     assert torch.equal(drafter.embed.weight, target.get_input_embeddings().weight)
     assert torch.equal(drafter.lm_head.weight, target.get_output_embeddings().weight)
     assert not drafter.embed.weight.requires_grad and not drafter.lm_head.weight.requires_grad
-    assert drafter.mask_embedding.requires_grad and drafter.fc.weight.requires_grad
-    assert drafter.cfg.mask_id == 40  # added after the target's vocabulary
+    assert drafter.fc.weight.requires_grad
+    block = drafter._embed_block(torch.tensor([[5, 7]]))[0]  # two blocks of 4: the first token, then masks
+    rows = target.get_input_embeddings().weight
+    assert torch.equal(block[0], rows[5]) and torch.equal(block[4], rows[7])
+    assert all(torch.equal(block[i], rows[MASK]) for i in (1, 2, 3, 5, 6, 7))  # the target's own row
 
 
 def test_a_block_of_one_token_is_refused():
     target = _tiny_llama(0, vocab=40)
     with pytest.raises(ValueError, match="block_size 1"):
-        drafter_from_target(target, dflash_config_for(target, layers=1, block_size=1))
+        drafter_from_target(target, dflash_config_for(target, layers=1, block_size=1, mask_token_id=MASK))
+    with pytest.raises(ValueError, match="mask_token_id 40"):
+        drafter_from_target(target, dflash_config_for(target, layers=1, block_size=4, mask_token_id=40))

@@ -9,13 +9,24 @@ import torch
 
 from tests.workers.decoding.test_chain import _tiny_llama
 from workers.drafters.dflash.model import drafter_from_target
-from workers.drafters.dflash.train import block_loss, dflash_config_for, position_weights, random_anchors
+from workers.drafters.dflash.train import (
+    block_loss,
+    dflash_config_for,
+    position_weights,
+    random_anchors,
+    rarest_token,
+)
 from workers.models.features import HeadRows, target_pass
 
 
 def test_position_weights_decay_from_the_first_draft():
     torch.testing.assert_close(position_weights(4, 2.0), torch.tensor([1.0, math.exp(-0.5), math.exp(-1.0)]))
     assert torch.equal(position_weights(4, None), torch.ones(3))
+
+
+def test_the_mask_is_the_rarest_token_of_the_training_text():
+    assert rarest_token(torch.tensor([0, 1, 1, 2, 2, 3, 0, 4, 4, 4]), 5) == 3
+    assert rarest_token(torch.tensor([0, 2, 2]), 5) == 1  # never seen, the lowest such id
 
 
 def test_anchors_are_distinct_sorted_and_leave_room_for_context_and_block():
@@ -31,7 +42,7 @@ def test_anchors_are_distinct_sorted_and_leave_room_for_context_and_block():
 def test_the_block_loss_is_the_weighted_soft_cross_entropy_by_hand():
     target = _tiny_llama(0, vocab=40)
     torch.manual_seed(3)
-    drafter = drafter_from_target(target, dflash_config_for(target, layers=1, block_size=3)).eval()
+    drafter = drafter_from_target(target, dflash_config_for(target, layers=1, block_size=3, mask_token_id=39)).eval()
     ids = torch.randint(0, 40, (2, 12), generator=torch.Generator().manual_seed(1))
     streams, logits = target_pass(target, ids, drafter.cfg.capture_layers, HeadRows(target).select(None))
     anchors, weights = torch.tensor([2, 6]), torch.tensor([1.0, 0.5])
