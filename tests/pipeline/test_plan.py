@@ -217,11 +217,16 @@ def test_drafters_on_regenerated_text_share_one_text_and_one_feature_table_per_f
     data["drafters"].append({"name": "small", "kind": "standalone", "builtin": {"train": {"corpus": "regenerated"}}})
     data["drafters"].append({"name": "plain", "train": {"corpus": "stdlib"}})
     data["drafters"].append({"name": "head", "kind": "mtp", "train": {"corpus": "regenerated"}})
+    data["drafters"].append({"name": "block", "kind": "dflash", "layers": 2, "train": {"corpus": "regenerated"}})
     plan = plan_of(data)
     jobs = plan.by_hash()
     by_kind = lambda k: [j for j in plan.jobs if j.kind == k]  # noqa: E731
     (text,) = by_kind("regenerate")
-    assert sorted(j.name for j in by_kind("target_features")) == ["target_features t/last", "target_features t/tri"]
+    assert sorted(j.name for j in by_kind("target_features")) == [
+        "target_features t/last",
+        "target_features t/spread2",  # the DFlash drafter's two layers
+        "target_features t/tri",
+    ]
     trains = {j.drafter: dict(j.deps) for j in by_kind("train_drafter")}
     assert {d for d, deps in trains.items() if deps.get("data") == text.hash} == {
         "pre",
@@ -230,6 +235,7 @@ def test_drafters_on_regenerated_text_share_one_text_and_one_feature_table_per_f
         "last",
         "small",
         "head",
+        "block",
     }
     # an MTP head reads the target's last hidden state: the states an EAGLE `last` fusion trains on
     assert trains["head"]["features"] == trains["last"]["features"]
