@@ -338,7 +338,9 @@ class Selected(Contract):
     hardware: str
     condition: str
     temperature: float
-    pass_cost: tuple[float, ...] | None = None  # the timed cost model the choice used, if any
+    # the cost of a round at every depth the choice used, in decode steps: timed, or Leviathan's with one
+    # drafter pass a round for a one-pass drafter; None for Leviathan's k c + 1
+    pass_cost: tuple[float, ...] | None = None
     batch_depths: dict[int, int] | None = None
     schedule: tuple[tuple[int, int, int], ...] | None = None  # inclusive [lo, hi, k] ranges
     draft_sampling: Literal["sampled", "greedy"] = "sampled"  # at T > 0, the drafting rule the curve assumed

@@ -29,6 +29,12 @@ from pipeline.core.sources import is_file, locate, looks_like_path
 DRAFTER_KINDS = ("eagle3", "mtp", "dflash", "standalone")
 # what serving engines call a drafter of each kind (vLLM's method names): each family's `method`
 SERVED_AS = {"eagle3": "eagle3", "mtp": "mtp", "dflash": "dflash", "standalone": "draft_model"}
+# why no stock engine serves a drafter of a kind specfleet trains (export and autotune say it)
+NOT_SERVED = {
+    "mtp": "no stock engine serves an MTP head trained for a Llama-family target (vLLM's method mtp, SGLang's "
+    "NEXTN and TensorRT-LLM's MTP build MTP layers only for model types that ship them, such as "
+    "DeepSeek-V3, GLM-4-MoE, MiMo and Qwen3-Next)",
+}
 
 
 class TrainTarget(Strict):

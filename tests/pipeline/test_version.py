@@ -168,7 +168,7 @@ def test_editing_the_verdict_text_reruns_only_validation(source_copy):
 @pytest.mark.slow
 def test_editing_the_drafter_reruns_drafter_jobs_never_target_training(source_copy):
     changed = _rerun_after(
-        source_copy, "workers/drafters/eagle3/model.py", "rms_eps: float = 1e-6", "rms_eps: float = 1e-5"
+        source_copy, "workers/drafters/chain/model.py", "rms_eps: float = 1e-6", "rms_eps: float = 1e-5"
     )
     # the drafter's jobs and everything downstream of them (a job's hash covers its inputs' hashes)
     assert changed == {"train_drafter", "measure_curve", "profile_cost", "select_depth", "measure_speedup"}
@@ -235,7 +235,7 @@ def test_comment_and_docstring_edits_anywhere_change_no_job_hash(source_copy):
     assert edited > 100
     assert _hashes(spec, source_copy) == before
     # and the same tree with one real edit does change: the edits above were seen, and ignored
-    _edit(source_copy / "workers/drafters/eagle3/model.py", "rms_eps: float = 1e-6", "rms_eps: float = 2e-6")
+    _edit(source_copy / "workers/drafters/chain/model.py", "rms_eps: float = 1e-6", "rms_eps: float = 2e-6")
     assert _hashes(spec, source_copy) != before
 
 

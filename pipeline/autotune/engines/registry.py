@@ -84,14 +84,14 @@ from packaging.version import Version
 
 from pipeline.autotune.engines import sglang, transformers, trtllm, vllm
 from pipeline.autotune.engines.common import Emitted, EngineVersionError, parse_version
+from pipeline.core.model_settings import NOT_SERVED, SERVED_AS
 
 MODULES = {m.NAME: m for m in (vllm, sglang, trtllm, transformers)}
 ENGINES = tuple(MODULES)
 WRITTEN = ("eagle3", "draft_model")  # the methods the engine modules write settings for
 UNWRITTEN = {  # why the others get none
-    "mtp": "no stock engine serves an MTP head trained for a Llama-family target (vLLM's method mtp, SGLang's "
-    "NEXTN and TensorRT-LLM's MTP build MTP layers only for model types that ship them)",
-    "dflash": "specfleet does not write DFlash settings yet",
+    SERVED_AS["mtp"]: NOT_SERVED["mtp"],
+    SERVED_AS["dflash"]: "specfleet does not write DFlash settings yet",
 }
 
 

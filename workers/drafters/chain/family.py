@@ -28,7 +28,7 @@ class ChainFamily:
 
     def step_timer(self, drafter, target, ctx, context_len: int):
         """A closure running one drafter step against a cached context of context_len tokens."""
-        g0 = fuse_context(drafter, _batch_streams(target, ctx, drafter.cfg.capture_layers))
+        g0 = fuse_context(drafter, batch_streams(target, ctx, drafter.cfg.capture_layers))
         d_cache, logits, chain = drafter.prefill(ctx[:, 1:], g0)  # cached positions 0..L-2
         token = drafter.full_logits(logits).argmax(-1)
         return lambda: drafter.step(token, chain, d_cache, context_len - 1)
@@ -36,7 +36,7 @@ class ChainFamily:
     def level_timers(self, drafter, target, ctx, context_len: int, widths) -> dict:
         """{width: a closure running one drafter pass over that many tree nodes per sequence} against
         one cached context (extend leaves the cache as it was)."""
-        g0 = fuse_context(drafter, _batch_streams(target, ctx, drafter.cfg.capture_layers))
+        g0 = fuse_context(drafter, batch_streams(target, ctx, drafter.cfg.capture_layers))
         d_cache, _, chain = drafter.prefill(ctx[:, 1:], g0)
 
         def timer(width: int):
@@ -47,7 +47,7 @@ class ChainFamily:
         return {w: timer(w) for w in widths}
 
 
-def _batch_streams(target, ctx: torch.Tensor, capture: tuple[int, ...]) -> list[torch.Tensor]:
+def batch_streams(target, ctx: torch.Tensor, capture: tuple[int, ...]) -> list[torch.Tensor]:
     """The target's captured states for a timing context [B, L], from one pass over its first row seen B
     times: what a drafter step costs does not depend on the values, and a pass over B x L tokens keeps
     every layer's states (an 8B target at 128 x 2048: 70 GB)."""

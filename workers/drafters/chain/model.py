@@ -29,6 +29,7 @@ defines two methods:
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import torch
@@ -45,9 +46,21 @@ class StepOut(NamedTuple):
     picked: torch.Tensor | None  # [B, T] drafted tokens (drafting mode only)
 
 
-class AttentionShape:
-    """The attention shape a drafter's config takes from its target (fields hidden_size, heads,
-    kv_heads, head_dim): key/value heads for grouped-query attention, and the head size."""
+@dataclass(frozen=True, kw_only=True)
+class LayerShape:
+    """What every drafter family's config takes from its target (`shape_of`): width, query and
+    key/value heads (grouped-query attention), head size, MLP width, vocabulary, rotary base and
+    scaling, norm epsilon. A family's config adds its own fields."""
+
+    hidden_size: int
+    heads: int
+    intermediate_size: int
+    vocab_size: int
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+    kv_heads: int | None = None  # key/value heads (grouped-query attention); None: as many as heads
+    head_dim: int | None = None  # None: hidden_size // heads
+    rope_scaling: dict | None = None  # the target's RoPE scaling (workers/models/rope.py); None: plain RoPE
 
     @property
     def num_kv_heads(self) -> int:
@@ -57,11 +70,13 @@ class AttentionShape:
     def dim_per_head(self) -> int:
         return self.head_dim or self.hidden_size // self.heads
 
+    def to_dict(self) -> dict:
+        return asdict(self)
+
 
 def shape_of(target) -> dict:
-    """A drafter layer's shape as its target's (config fields of the families' configs): width, query
-    and key/value heads, head size (None where they are the plain defaults), MLP width, vocabulary,
-    rotary base and scaling, norm epsilon."""
+    """The LayerShape fields of a drafter for `target` (key/value heads and head size None where
+    they are the plain defaults)."""
     c = target.config
     kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads

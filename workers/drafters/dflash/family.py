@@ -12,10 +12,10 @@ import torch
 from pipeline.core.artifacts import folder_of
 from pipeline.core.contracts import Trained
 from pipeline.core.model_settings import SERVED_AS
+from workers.drafters.chain.family import batch_streams
 from workers.drafters.dflash.chains import BlockChains
 from workers.drafters.dflash.checkpoint import load_dflash
 from workers.drafters.dflash.proposer import BlockProposer
-from workers.models.features import target_pass
 
 
 class DFlashFamily:
@@ -43,8 +43,7 @@ class DFlashFamily:
     def step_timer(self, drafter, target, ctx, context_len: int):
         """A closure running one block pass (all of a round's drafts) against a cached context of
         context_len - 1 positions (the newest token is the block's first)."""
-        streams, _ = target_pass(target, ctx[:1, :-1], drafter.cfg.capture_layers)  # one row's states, seen B times
-        context = drafter.context([s.expand(ctx.shape[0], -1, -1) for s in streams])
+        context = drafter.context(batch_streams(target, ctx[:, :-1], drafter.cfg.capture_layers))
         cache = drafter.extend_context(None, context, 0)
         return lambda: drafter.draft_block(cache, ctx[:, -1], context_len - 1)
 

@@ -28,40 +28,28 @@ Attention shape (query and key/value heads, head size, rotary base and scaling) 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workers.drafters.chain.model import AttentionShape, RMSNorm
+from workers.drafters.chain.model import LayerShape, RMSNorm
 from workers.models.rope import apply_rope, inv_freq
 
 
-@dataclass(frozen=True)
-class DFlashConfig(AttentionShape):
-    hidden_size: int
-    heads: int
-    intermediate_size: int
-    vocab_size: int  # the target's
+@dataclass(frozen=True, kw_only=True)
+class DFlashConfig(LayerShape):
     target_layer_ids: tuple[int, ...]  # 0-based target layers whose outputs feed the context
     mask_token_id: int  # the token a masked block position reads (a rare one of the target's vocabulary)
     layers: int = 1
     block_size: int = 8  # the block's positions: the newest token and block_size - 1 drafts
     max_positions: int = 8192  # the target's context length, as engines size the drafter's
-    rope_theta: float = 10000.0
-    rms_eps: float = 1e-6
-    kv_heads: int | None = None
-    head_dim: int | None = None
-    rope_scaling: dict | None = None
 
     @property
     def capture_layers(self) -> tuple[int, ...]:
         """The `hidden_states` indices the context reads (layer i's output is hidden_states[i + 1])."""
         return tuple(i + 1 for i in self.target_layer_ids)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> DFlashConfig:

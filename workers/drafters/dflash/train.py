@@ -87,17 +87,16 @@ def train_dflash(*, target, tokenizer, spec, seed: int, device, progress=None, d
     data, features: the target's regenerated text and its states, for `train.corpus: regenerated`.
     Returns (files, metrics)."""
     torch.manual_seed(seed)
-    capture = tuple(
-        i + 1 for i in spec.target_layer_ids or spread_layer_ids(target.config.num_hidden_layers, spec.layers)
-    )
+    ids = tuple(spec.target_layer_ids or spread_layer_ids(target.config.num_hidden_layers, spec.layers))
     train = spec.train
+    capture = tuple(i + 1 for i in ids)  # DFlashConfig.capture_layers, before the config (its mask needs the text)
     batches, val, stream, data_tokens = training_sources(target, tokenizer, train, capture, data, features)
     vocab = target.get_output_embeddings().weight.shape[0]
     cfg = dflash_config_for(
         target,
         layers=spec.layers,
         block_size=spec.block_size,
-        target_layer_ids=spec.target_layer_ids,
+        target_layer_ids=ids,
         mask_token_id=rarest_token(stream, vocab),
     )
     drafter = drafter_from_target(target, cfg).to(device)

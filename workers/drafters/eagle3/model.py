@@ -28,35 +28,23 @@ frequencies equal the target's own rotary embedding.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workers.drafters.chain.model import AttentionShape, ChainDrafter, RMSNorm
+from workers.drafters.chain.model import ChainDrafter, LayerShape, RMSNorm
 from workers.models.rope import inv_freq
 
 
-@dataclass(frozen=True)
-class DrafterConfig(AttentionShape):
-    hidden_size: int
-    heads: int
-    intermediate_size: int
-    vocab_size: int
+@dataclass(frozen=True, kw_only=True)
+class DrafterConfig(LayerShape):
     capture_layers: tuple[int, ...]  # indices into the target's output_hidden_states
     norm: str = "pre"  # "pre" | "post"
     fc_norm: bool = False
     attention: str = "standard"  # "standard" | "gated" (sigmoid gate on the attention output)
     draft_vocab: int | None = None  # size of the reduced draft vocabulary; None = the target's
-    rope_theta: float = 10000.0
-    rms_eps: float = 1e-6
-    kv_heads: int | None = None  # key/value heads (grouped-query attention); None: as many as heads
-    head_dim: int | None = None  # None: hidden_size // heads
-    rope_scaling: dict | None = None  # the target's RoPE scaling (workers/models/rope.py); None: plain RoPE
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> DrafterConfig:

@@ -13,15 +13,9 @@ from pathlib import Path
 
 from pipeline.core.artifacts import folder_of
 from pipeline.core.contracts import Trained
-from pipeline.core.model_settings import SERVED_AS
+from pipeline.core.model_settings import NOT_SERVED, SERVED_AS
 from workers.drafters.chain.family import ChainFamily
 from workers.drafters.mtp.checkpoint import load_mtp
-
-NOT_SERVED = (
-    "no stock engine serves an MTP head trained for a Llama-family target (vLLM's method mtp, SGLang's "
-    "NEXTN and TensorRT-LLM's MTP build MTP layers only for model types that ship them, such as "
-    "DeepSeek-V3, GLM-4-MoE, MiMo and Qwen3-Next); its measured depth and speedup are specfleet's own"
-)
 
 
 class MtpFamily(ChainFamily):
@@ -35,4 +29,4 @@ class MtpFamily(ChainFamily):
         return load_mtp(folder_of(trained), target=target, device=param.device, dtype=param.dtype)
 
     def export(self, checkpoint: Path, out: Path, layout: str = "eagle3", verifier: str | None = None):
-        raise ValueError(NOT_SERVED)
+        raise ValueError(NOT_SERVED[self.name])

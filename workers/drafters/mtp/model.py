@@ -17,36 +17,24 @@ on its own outputs, the steps' losses weighted by a decaying factor and normalis
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workers.drafters.chain.model import AttentionShape, ChainDrafter, RMSNorm
+from workers.drafters.chain.model import ChainDrafter, LayerShape, RMSNorm
 from workers.models.rope import inv_freq
 
 
-@dataclass(frozen=True)
-class MtpConfig(AttentionShape):
-    hidden_size: int
-    heads: int
-    intermediate_size: int
-    vocab_size: int
+@dataclass(frozen=True, kw_only=True)
+class MtpConfig(LayerShape):
     num_target_layers: int  # the head reads hidden_states[num_target_layers]
     norm: str = "pre"  # "pre" | "post"
-    rope_theta: float = 10000.0
-    rms_eps: float = 1e-6
-    kv_heads: int | None = None
-    head_dim: int | None = None
-    rope_scaling: dict | None = None
 
     @property
     def capture_layers(self) -> tuple[int, ...]:
         return (self.num_target_layers,)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> MtpConfig:
@@ -126,6 +114,8 @@ def shared_with(target) -> dict[str, torch.Tensor]:
 def head_from_target(target, cfg: MtpConfig) -> MtpHead:
     """A fresh head sharing the target's embedding, final norm and output head (all frozen)."""
     head = MtpHead(cfg)
-    state = {name: tensor.detach().float() for name, tensor in shared_with(target).items()}
-    head.load_state_dict(state, strict=False)
+    own = head.state_dict()  # views of the head's parameters: copying into them sets the weights
+    with torch.no_grad():
+        for name, tensor in shared_with(target).items():
+            own[name].copy_(tensor.float())
     return head
