@@ -40,6 +40,7 @@ class PairingResults:
     served: Served | None = None  # the serving engine's check (a spec with `serving:`)
     jobs: dict[str, dict] = field(default_factory=dict)  # kind -> job_hash, mlflow_run_id, duration_s, seed
     drafter_kind: str | None = None  # the drafter spec's kind (eagle3, standalone), where a job's config holds it
+    drafter_block_size: int | None = None  # a DFlash drafter's trained block (its spec's block_size)
     held_out_prompts: int | None = None  # the prompts the speedup and serving checks decoded (validation.num_prompts)
 
     @property
@@ -148,6 +149,8 @@ def _read_config(pairing: PairingResults, config: dict) -> None:
     drafter = config.get("drafter")
     if isinstance(drafter, dict) and drafter.get("kind"):
         pairing.drafter_kind = drafter["kind"]
+        if drafter["kind"] == "dflash":
+            pairing.drafter_block_size = drafter.get("block_size")
     validation = config.get("validation")
     if isinstance(validation, dict) and validation.get("num_prompts"):
         pairing.held_out_prompts = validation["num_prompts"]

@@ -35,9 +35,9 @@ def speculates(selected) -> bool:
     return max(k for _, _, k in schedule_of(row)) > 0 or tree_of(row) is not None
 
 
-def engine_flags(selected, drafter_kind: str) -> tuple[EngineFlags, ...]:
+def engine_flags(selected, drafter_kind: str, block_size: int | None = None) -> tuple[EngineFlags, ...]:
     """Every engine's flags for the choice in `selected` (() where no speculation pays: autotune
-    prints nothing then)."""
+    prints nothing then). `block_size`: a DFlash drafter's, as its export's folder would say."""
     if not speculates(selected):
         return ()
     row = choice_row(selected)
@@ -53,6 +53,7 @@ def engine_flags(selected, drafter_kind: str) -> tuple[EngineFlags, ...]:
                 config_dir=CONFIG_DIR,
                 draft_sampling=sampling_of(row),
                 tree=tree_of(row),
+                block_size=block_size,
             )
         except registry.EngineVersionError as exc:
             # the message names the engine (and release) the summary already names

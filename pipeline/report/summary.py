@@ -70,7 +70,7 @@ def pairing_summary(pairing) -> PairingSummary:
             f"Engine flags, as {command} prints them at each engine's default release, with {DRAFTER_PATH} for "
             f"the drafter it exports and {CONFIG_DIR}/ for the folder it writes engine files to:"
         )
-        flags = engine_flags(selected, pairing.drafter_kind)
+        flags = engine_flags(selected, pairing.drafter_kind, block_size=pairing.drafter_block_size)
     return PairingSummary(tuple(sentences), flags)
 
 

@@ -9,6 +9,8 @@ specfleet's emitters, so that tests can hold what is emitted to what the engine 
   adaptive_spec_params.py), releases 0.5.5-0.5.23.
 - TensorRT-LLM: `DecodingBaseConfig` and `draft_len_schedule` (tensorrt_llm/llmapi/llm_args.py).
 - transformers: the assistant's generation config in assisted generation.
+- DFlash block drafters in all three serving engines: the depth verified as above, and the block
+  the drafter fills (`vllm_dflash_block`, `sglang_dflash_block`, `trtllm_dflash_block`).
 A config the engine starts with but runs badly raises Misbehaves; one it refuses, Refused.
 """
 
@@ -49,7 +51,9 @@ def vllm(arg: str, version: str, batch_size: int) -> tuple[str, int]:
     method, model = config.get("method"), config["model"]
     if method is None:
         method = "draft_model" if v >= Version("0.17.0") else None
-    if method not in ("eagle", "eagle3"):  # a path that names an EAGLE head is served as one
+    if method == "dflash" and v < Version("0.20.0"):
+        raise Refused("Input should be 'ngram', 'eagle', 'eagle3', ... [type=literal_error, input_value='dflash']")
+    if method not in ("eagle", "eagle3", "dflash"):  # a path that names an EAGLE head is served as one
         if "eagle-" in model.lower():
             method = "eagle"
         elif "eagle3" in model.lower():
@@ -85,6 +89,20 @@ def _v2_drafts_every_token(method: str, v: Version) -> bool:
     if method == "draft_model":
         return v >= Version("0.31.0")
     return Version("0.25.0") <= v < Version("0.32.0")
+
+
+def vllm_dflash_block(arg: str, version: str, batch_size: int) -> int:
+    """The block a DFlash drafter fills at this batch size, [last token, mask x N]: N is the step's K
+    under the V1 proposer (v1/spec_decode/dflash.py; the runner before 0.25.0, and in 0.24 for
+    ranges), `num_speculative_tokens` under the V2 speculator (v1/worker/gpu/spec_decode/dflash/,
+    the default runner from 0.25.0, which from 0.32.0 drops the drafts past K)."""
+    v = Version(version)
+    config = json.loads(shlex.split(arg)[1])
+    method, k = vllm(arg, version, batch_size)
+    assert method == "dflash", method
+    if v >= Version("0.25.0"):
+        return 1 + config["num_speculative_tokens"]
+    return 1 + k
 
 
 def vllm_cuda_graphs(arg: str, version: str) -> str:
@@ -142,6 +160,8 @@ def sglang(
             opts[args[i].removeprefix("--")] = args[i + 1]
             i += 2
     algorithm = opts["speculative-algorithm"]
+    if algorithm == "DFLASH":
+        return algorithm, _sglang_dflash_tokens(opts, v) - 1
     steps, topk = int(opts["speculative-num-steps"]), int(opts["speculative-eagle-topk"])
     if topk == 1 and int(opts["speculative-num-draft-tokens"]) != steps + 1:
         raise AssertionError("the server would force num_draft_tokens to steps + 1")
@@ -193,6 +213,28 @@ def sglang(
 _SGLANG_H100_CAPTURE = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8)]
 
 
+def _sglang_dflash_tokens(opts: dict, v: Version) -> int:
+    """The block a DFLASH server drafts and verifies (`_handle_dflash`, speculative_hook.py): steps
+    and top-k forced to 1, adaptive mode switched off with a warning, the block
+    --speculative-num-draft-tokens (the drafter's block_size where not given, which this reader
+    does not see: it wants the flag)."""
+    if v < Version("0.5.11"):
+        raise Refused("argument --speculative-algorithm: invalid choice: 'DFLASH'")
+    if "speculative-draft-model-path" not in opts:
+        raise Refused("DFLASH speculative decoding requires setting --speculative-draft-model-path.")
+    tokens = int(opts["speculative-num-draft-tokens"])
+    if tokens <= 1:
+        raise Refused("DFLASH block size must be greater than 1")
+    return tokens
+
+
+def sglang_dflash_block(flags: str, version: str) -> int:
+    """The block a DFLASH drafter fills: whatever the drafter was trained on, the flag decides
+    (a different block_size in the draft config only logs a warning in dflash_worker.py)."""
+    args = shlex.split(flags)
+    return _sglang_dflash_tokens(dict(zip((a.removeprefix("--") for a in args[0::2]), args[1::2])), Version(version))
+
+
 def _sglang_logits_rows_fit(steps: int, candidates: list[int], slot_of, explicit: list[int] | None) -> None:
     """0.5.15-0.5.18 size the shared logits buffer for --speculative-num-draft-tokens (largest
     capture size x (steps + 1) rows at top-k 1), but build a CUDA-graph state for every adaptive
@@ -214,8 +256,11 @@ def trtllm(text: str, version: str, batch_size: int) -> tuple[str, int]:
     spec = yaml.safe_load(text)["speculative_config"]
     kind = spec["decoding_type"]
     allowed = {"Eagle", "Draft_Target"} | ({"Eagle3"} if v >= Version("1.3.0rc0") else set())
+    allowed |= {"DFlash"} if v >= Version("1.3.0rc14") else set()
     if kind not in allowed:
         raise Refused(f"unknown decoding_type {kind}")
+    if kind == "DFlash":
+        return kind, _trtllm_dflash(spec)
     fields = {"decoding_type", "max_draft_len", "speculative_model_dir"}
     if v >= Version("1.2.0"):
         fields.add("draft_len_schedule")
@@ -247,6 +292,30 @@ def trtllm(text: str, version: str, batch_size: int) -> tuple[str, int]:
     if 1 not in schedule or schedule[1] != top:  # lower bounds, key 1 required
         raise Refused("draft_len_schedule needs key 1 with the value max_draft_len")
     return kind, schedule[keys[bisect.bisect_right(keys, batch_size) - 1]]
+
+
+def _trtllm_dflash(spec: dict) -> int:
+    """DFlashDecodingConfig: mask_token_id and target_layer_ids default to the checkpoint's
+    dflash_config; one draft length (draft_len_schedule reaches DFlash after the releases read)."""
+    fields = {"decoding_type", "max_draft_len", "speculative_model", "mask_token_id", "target_layer_ids"}
+    fields |= {"attention_backend", "draft_len_schedule"}
+    if set(spec) - fields:
+        raise Refused(f"Extra inputs are not permitted: {sorted(set(spec) - fields)}")
+    if "draft_len_schedule" in spec:
+        raise AssertionError("no release read schedules a DFlash drafter's length")
+    top = spec["max_draft_len"]
+    if not isinstance(top, int) or top <= 0:
+        raise Refused("max_draft_len must be > 0")
+    return top
+
+
+def trtllm_dflash_block(text: str, checkpoint_block: int) -> int:
+    """The block the DFlash worker drafts, max_draft_len + 1; past the checkpoint's trained block it
+    stops at start-up (`_lazy_init_ctx_buffers`)."""
+    top = yaml.safe_load(text)["speculative_config"]["max_draft_len"]
+    if top + 1 > checkpoint_block:
+        raise Refused(f"DFlash checkpoint was trained with block_size={checkpoint_block}. Lower max_draft_len")
+    return top + 1
 
 
 def transformers(text: str, batch_size: int) -> int:

@@ -97,8 +97,37 @@ def not_written(engine: str, version: Version, tree, why: str) -> tuple[str, ...
 
 def tree_blocker(engine: str, tree, schedule: list[Range], method: str, draft_model_ok: bool = False) -> str | None:
     """Why no release of an engine runs this tree with this schedule, or None."""
+    if method == "dflash":
+        return "a DFlash drafter drafts one block, never a tree"
     if method == "draft_model" and not draft_model_ok:
         return f"{engine} drafts trees only with EAGLE drafters"
     if not constant(schedule):
         return f"the depth changes with the batch size, and {engine} runs one tree at every batch size"
     return None
+
+
+def one_block_depth(
+    engine: str, version: Version, schedule: list[Range], tree, block_size: int | None, rules: dict[str, str]
+) -> tuple[int, tuple[str, ...]]:
+    """(depth, notes) for a DFlash drafter on an engine that drafts a block of depth + 1 at one depth
+    for every batch size. `rules`: `since`, the first release that serves DFlash, as `method` (older
+    ones are refused); `no_schedule`, why the schedule's batch-size-1 depth is written at every batch
+    size; `block`, the setting that sizes the block (noted where it is not the trained one)."""
+    if not at_least(version, rules["since"]):
+        raise EngineVersionError(
+            f"{engine} {version} cannot serve a DFlash drafter ({rules['method']} arrived in {rules['since']}); "
+            f"use a newer {engine}"
+        )
+    no_schedule, block = rules["no_schedule"], rules["block"]
+    notes = not_written(engine, version, tree, tree_blocker(engine, tree, schedule, "dflash")) if tree else ()
+    if not constant(schedule):
+        schedule, fallback = batch1(schedule, engine, version, no_schedule, option="--engine")
+        notes += fallback
+    depth = schedule[0][2]
+    if depth + 1 != block_size:
+        trained = f"its trained block of {block_size}" if block_size else "its trained block (not known here)"
+        notes += (
+            f"{engine} {version}: the DFlash drafter drafts a block of {block} = {depth + 1} tokens for depth "
+            f"{depth}, not {trained}, which the curve was measured with; its acceptance may differ",
+        )
+    return depth, notes

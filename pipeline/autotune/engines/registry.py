@@ -41,6 +41,14 @@ Releases (`autotune --engine-version`; the default is the newest read: vLLM 0.33
   `Draft_Target` for draft models.
 - transformers 4.48 - 5.24: none (assisted generation decodes one sequence): the batch-size-1
   depth; EAGLE heads are refused.
+DFlash block drafters (`method dflash`): vLLM from 0.20.0, SGLang from 0.5.11 (`DFLASH`),
+TensorRT-LLM from 1.3.0rc14 (`DFlash`), never transformers; the last two inferred from dates. The
+drafter fills one block [last token, mask x N] a step: vLLM from 0.32.0 drafts the trained block
+(num_speculative_tokens = block_size - 1) and verifies the depth chosen per batch size; every
+other release and engine drafts a block of K + 1 for a depth K (a note says the acceptance may
+differ from the curve's, measured on whole blocks) at one depth for every batch size where it
+cannot read a schedule for DFlash (vLLM before 0.24 and 0.25-0.31, SGLang, TensorRT-LLM). A
+depth past the block is refused.
 A release newer than the newest one read is written as for that one, with a note. For a curve
 measured at temperature above 0, a release or engine that cannot be told to draw drafts the
 way the curve did (vLLM before 0.22, SGLang, TensorRT-LLM; transformers for greedy drafts)
@@ -79,6 +87,8 @@ trees back the same way; tests/pipeline/autotune/test_engine_hazards.py checks t
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 from packaging.version import Version
 
@@ -88,11 +98,24 @@ from pipeline.core.model_settings import NOT_SERVED, SERVED_AS
 
 MODULES = {m.NAME: m for m in (vllm, sglang, trtllm, transformers)}
 ENGINES = tuple(MODULES)
-WRITTEN = ("eagle3", "draft_model")  # the methods the engine modules write settings for
-UNWRITTEN = {  # why the others get none
-    SERVED_AS["mtp"]: NOT_SERVED["mtp"],
-    SERVED_AS["dflash"]: "specfleet does not write DFlash settings yet",
-}
+WRITTEN = ("eagle3", "draft_model", "dflash")  # the methods the engine modules write settings for
+UNWRITTEN = {SERVED_AS["mtp"]: NOT_SERVED["mtp"]}  # why the others get none
+
+
+def folder_block_size(model: str) -> int | None:
+    """A DFlash drafter's trained block size from its folder's config.json (`dflash_config.block_size`,
+    else `block_size`, as the engines read it), or None where the folder is not on this machine or
+    says none."""
+    config = Path(model).expanduser() / "config.json"
+    try:
+        fields = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(fields, dict):
+        return None
+    nested = fields.get("dflash_config")
+    value = (nested if isinstance(nested, dict) else {}).get("block_size", fields.get("block_size"))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else None
 
 
 def check_version(engine: str, version: str | None) -> Version:
@@ -111,17 +134,29 @@ def emit(
     config_dir: str = ".",
     draft_sampling: str | None = None,
     tree=None,
+    block_size: int | None = None,
 ) -> Emitted:
     """The engine's config for `schedule` at `version` (default: the engine's current release);
     files it names are to be written to `config_dir`. `draft_sampling`: at temperature > 0, how
     the curve drew and verified drafts ("sampled" or "greedy"); None at temperature 0. `tree`: a
     draft tree (pipeline/core/trees.py) to run instead of the chain; a release that cannot run it as
-    chosen gets the chain, with a note saying why."""
+    chosen gets the chain, with a note saying why. `block_size`: a DFlash drafter's trained block, from
+    its folder (None where it is not on this machine: the engines that size the block by the depth
+    then say so)."""
     module = MODULES[engine]
     v = check_version(engine, version)
     if method not in WRITTEN:
-        why = UNWRITTEN.get(method, f"specfleet writes settings for {' and '.join(WRITTEN)} drafters, not {method}")
+        why = UNWRITTEN.get(method, f"specfleet writes settings for {', '.join(WRITTEN)} drafters, not {method}")
         raise EngineVersionError(f"{engine}: {why}", option="--method")
+    deepest = max(k for _, _, k in schedule)
+    if method == "dflash" and block_size is None:
+        block_size = folder_block_size(model)
+    if method == "dflash" and block_size is not None and deepest > block_size - 1:
+        raise EngineVersionError(
+            f"{engine}: the DFlash drafter at {model} was trained on blocks of {block_size} and drafts at most "
+            f"{block_size - 1} tokens, not {deepest}",
+            option="--drafter-path",
+        )
     out = module.emit(
         list(schedule),
         model=model,
@@ -130,6 +165,7 @@ def emit(
         config_dir=config_dir,
         draft_sampling=draft_sampling,
         tree=tree,
+        block_size=block_size,
     )
     if tree is not None and not out.tree_written and max(k for _, _, k in schedule) == 0:
         # the chain written instead of the tree drafts nothing: the engine's answer is no drafter at all

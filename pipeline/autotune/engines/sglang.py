@@ -31,6 +31,13 @@ As read in the released wheels 0.5.5 to 0.5.23 (`sglang/srt/server_args.py`, fro
   num_draft_tokens - 1 of all of them are verified. SGLang picks those nodes itself, so the flags
   bound the tree (its depth, branching and size) rather than fix it; at most
   topk + (steps - 1) * topk^2 nodes can be picked. Adaptive mode is switched off with top-k > 1.
+- DFlash drafters (`--speculative-algorithm DFLASH`, from 0.5.11: pull request 22077, merged
+  after 0.5.10; inferred from its dates): `--speculative-num-draft-tokens` is the block the
+  drafter fills and the target verifies, [last token, mask x K], so K + 1 for a depth of K; the
+  steps and top-k are forced to 1. A block other than the drafter's trained `block_size` only
+  logs a warning (`dflash_worker.py`), so a depth below block_size - 1 drafts a shorter block than
+  the curve was measured with (noted). Adaptive mode is switched off for DFLASH with a warning
+  (`adaptive_unsupported_reason`): one depth at every batch size.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from pipeline.autotune.engines.common import (
     batch1,
     constant,
     not_written,
+    one_block_depth,
     tree_blocker,
     unset_sampling,
 )
@@ -59,6 +67,7 @@ OLDEST, NEWEST = "0.5.5", "0.5.23"
 DEFAULT_VERSION = NEWEST
 PER_BATCH_SIZE = "0.5.13"
 ZERO_STEPS = "0.5.14"  # also the first release whose router pads only to an explicit capture list
+DFLASH = "0.5.11"
 
 
 def default_capture_sizes(largest: int = 512) -> list[int]:
@@ -75,9 +84,13 @@ def emit(
     config_dir: str,
     draft_sampling: str | None = None,
     tree=None,
+    block_size: int | None = None,
 ) -> Emitted:
     """Flags, and with a depth per batch size the adaptive file they name in `config_dir`; with a
-    `tree`, the steps, top-k and draft tokens that bound it."""
+    `tree`, the steps, top-k and draft tokens that bound it. `block_size`: a DFlash drafter's
+    trained block (None: not known here)."""
+    if method == "dflash":
+        return _emit_dflash(schedule, model, version, draft_sampling, tree, block_size)
     algorithm = "EAGLE3" if method == "eagle3" else "STANDALONE"
     notes = tree_notes = ()
     if tree:
@@ -171,3 +184,27 @@ def _no_schedule(schedule: list[Range], algorithm: str, version: Version) -> str
                 f"batch sizes {off} end a range without being capture sizes"
             )
     return None
+
+
+DFLASH_RULES = {  # how the server runs a DFlash drafter (common.one_block_depth)
+    "since": DFLASH,
+    "method": "--speculative-algorithm DFLASH",
+    "no_schedule": "adaptive mode runs only for EAGLE drafters; the server ignores it for DFLASH",
+    "block": "--speculative-num-draft-tokens",
+}
+
+
+def _emit_dflash(
+    schedule: list[Range], model: str, version: Version, draft_sampling: str | None, tree, block_size: int | None
+) -> Emitted:
+    depth, notes = one_block_depth(NAME, version, schedule, tree, block_size, DFLASH_RULES)
+    flags = [
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        model,
+        "--speculative-num-draft-tokens",
+        str(depth + 1),
+    ]
+    notes += unset_sampling(NAME, draft_sampling)
+    return Emitted(text=" ".join(shlex.quote(f) for f in flags), notes=notes)

@@ -5,7 +5,8 @@ released wheels 0.10.2 to 0.33.0:
 - `method`, `model`, `num_speculative_tokens` in every release. `eagle3` throughout;
   `draft_model` raises NotImplementedError before 0.15.0, must be named in 0.15-0.16, is the
   default from 0.17. In every release a draft model whose path contains "eagle3" or "eagle-"
-  is switched to EAGLE, whatever `method` says.
+  is switched to EAGLE, whatever `method` says. `dflash` from 0.20.0 (not in 0.19.1): named, it
+  is never switched; its drafter always drafts one block, [last token, mask x N], in one pass.
 - From 0.16.0 the config forbids unknown keys (refused at start-up); before, they are dropped.
 - `draft_sample_method` (how drafts are drawn at temperature > 0) from 0.21.0: `greedy` or
   `gumbel` in 0.21, `greedy` (the default: argmax, verified with q one-hot) or `probabilistic`
@@ -35,6 +36,13 @@ released wheels 0.10.2 to 0.33.0:
   level as many children as (nodes on the level) // (nodes on the level above): the tree must
   branch evenly. Its drafts are verified by the chain's rejection sampler, which at temperature
   above 0 does not keep the target distribution over siblings.
+- The DFlash block (N above): the V1 proposer (vllm/v1/spec_decode/dflash.py, 0.20.0 on) builds
+  it from the step's K, so N = K; the V2 speculator (v1/worker/gpu/spec_decode/dflash/, the
+  runner for it from 0.25.0 as for EAGLE) from `num_speculative_tokens` whatever the step's K,
+  and from 0.32.0 the runner then drops the drafts past K (model_runner.py). So from 0.32.0
+  `num_speculative_tokens` = the drafter's trained block size - 1 with a range per batch size
+  (one for a constant depth) drafts whole blocks, as the drafter was trained and measured, and
+  verifies the chosen K; before, the block is the K verified, shorter than the trained one (noted).
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ V2_RUNNER = "0.25.0"  # the default runner (dense targets) serves per-batch-size
 EAGLE_READS_DEPTH = "0.32.0"  # before it, the V2 runner's EAGLE speculator drafts num_speculative_tokens
 DRAFT_MODEL_FIXED_DEPTH = "0.31.0"  # a draft model drafts num_speculative_tokens at every batch size
 DRAFT_MODEL = "0.15.0"
+DFLASH = "0.20.0"
 DRAFT_SAMPLE_METHOD = "0.22.0"  # greedy | probabilistic (0.21.0: greedy | gumbel)
 RENAMED_AS_EAGLE = ("eagle3", "eagle-")  # path fragments vLLM takes as "this is an EAGLE head"
 TREE, TREE_REMOVED, BACKEND_FLAG = "0.10.1", "0.21.0", "0.14.0"
@@ -109,9 +118,15 @@ def emit(
     config_dir: str,
     draft_sampling: str | None = None,
     tree=None,
+    block_size: int | None = None,
 ) -> Emitted:
     """(`config_dir`: where files would go; this engine's config is all in its text.) `tree`: the
-    draft tree to run instead of the chain, where this release can run it as chosen."""
+    draft tree to run instead of the chain, where this release can run it as chosen. `block_size`:
+    a DFlash drafter's trained block (None: not known here)."""
+    if method == "dflash" and not at_least(version, DFLASH):
+        raise EngineVersionError(
+            f"vllm {version} cannot serve a DFlash drafter (method dflash arrived in {DFLASH}); use a newer vLLM"
+        )
     if method == "draft_model":
         if not at_least(version, DRAFT_MODEL):
             raise EngineVersionError(
@@ -137,10 +152,16 @@ def emit(
         )
     elif not constant(schedule) and (why := _fixed_depth(method, version)):
         schedule, notes = batch1(schedule, NAME, version, why)
-    config = {"method": method, "model": model, "num_speculative_tokens": max(k for _, _, k in schedule)}
-    if not constant(schedule):
+    top = max(k for _, _, k in schedule)
+    config = {"method": method, "model": model, "num_speculative_tokens": top}
+    whole_blocks = method == "dflash" and block_size is not None and at_least(version, EAGLE_READS_DEPTH)
+    if whole_blocks:  # the speculator drafts 1 + num_speculative_tokens, the runner verifies the range's K
+        config["num_speculative_tokens"] = block_size - 1
+    if not constant(schedule) or whole_blocks:
         config["num_speculative_tokens_per_batch_size"] = [list(r) for r in schedule]
         notes += _range_costs(schedule, method, version)
+    if method == "dflash" and not whole_blocks and top + 1 != block_size:
+        notes += (_short_block(version, block_size),)
     if draft_sampling is not None:
         if at_least(version, DRAFT_SAMPLE_METHOD):
             config["draft_sample_method"] = "probabilistic" if draft_sampling == "sampled" else "greedy"
@@ -153,6 +174,19 @@ def emit(
     )
 
 
+def _short_block(version: Version, block_size: int | None) -> str:
+    trained = (
+        f"its trained block of {block_size}"
+        if block_size
+        else "its trained block (not known here: name a drafter folder on this machine)"
+    )
+    return (
+        f"vllm {version}: the DFlash drafter drafts a block of K + 1 tokens for a depth of K here, not "
+        f"{trained}, which the curve was measured with; its acceptance may differ"
+        + ("" if at_least(version, EAGLE_READS_DEPTH) else f" (from {EAGLE_READS_DEPTH} it drafts whole blocks)")
+    )
+
+
 def _fixed_depth(method: str, version: Version) -> str | None:
     """Why the model runner that serves this method in this release drafts num_speculative_tokens
     at every batch size whatever its range says, or None."""
@@ -161,7 +195,7 @@ def _fixed_depth(method: str, version: Version) -> str | None:
             f"from {DRAFT_MODEL_FIXED_DEPTH} a draft model drafts num_speculative_tokens at every batch size "
             "(its per-batch-size ranges are accepted and ignored)"
         )
-    if method == "eagle3" and at_least(version, V2_RUNNER) and not at_least(version, EAGLE_READS_DEPTH):
+    if method in ("eagle3", "dflash") and at_least(version, V2_RUNNER) and not at_least(version, EAGLE_READS_DEPTH):
         return (
             f"the V2 model runner (the default from {V2_RUNNER} for dense targets, from 0.30.0 for all) drafts "
             f"num_speculative_tokens at every batch size until {EAGLE_READS_DEPTH} (VLLM_USE_V2_MODEL_RUNNER=0 runs "

@@ -67,9 +67,22 @@ def runs_schedule(engine_name: str, version: str, schedule, method: str) -> bool
     return {
         "vllm": v >= V("0.24.0") and not v2_drafts_all,
         "sglang": method == "eagle3" and v >= V("0.5.13") and (not zero or v >= V("0.5.14")) and not padded,
-        "trtllm": v >= V("1.2.0") and falls and (method == "draft_model" or v >= V("1.3.0rc8")),
+        "trtllm": method != "dflash" and v >= V("1.2.0") and falls and (method == "draft_model" or v >= V("1.3.0rc8")),
         "transformers": False,
     }[engine_name]
+
+
+# the first release of each engine that serves a DFlash drafter (transformers: none)
+DFLASH_FROM = {"vllm": "0.20.0", "sglang": "0.5.11", "trtllm": "1.3.0rc14"}
+
+
+def refused_outright(engine_name: str, version: str, method: str) -> bool:
+    """Whether no config of that release can serve the method (from the engines' facts)."""
+    if method == "dflash":
+        return engine_name == "transformers" or V(version) < V(DFLASH_FROM[engine_name])
+    return (engine_name, method) == ("transformers", "eagle3") or (
+        (engine_name, method) == ("vllm", "draft_model") and V(version) < V("0.15.0")
+    )
 
 
 def depth_in_engine(engine_name, version, emitted, batch_size, tmp_path):
@@ -85,7 +98,7 @@ def depth_in_engine(engine_name, version, emitted, batch_size, tmp_path):
 @pytest.mark.parametrize(
     "schedule", [FALLING_SCHEDULE, CONSTANT, RISING, OFF_GRAPH], ids=["falling", "constant", "rising", "off-graph"]
 )
-@pytest.mark.parametrize("method", ["eagle3", "draft_model"])
+@pytest.mark.parametrize("method", ["eagle3", "draft_model", "dflash"])
 @pytest.mark.parametrize("engine_name,version", [(e, v) for e, vs in RELEASES.items() for v in vs])
 def test_the_engine_runs_the_chosen_depth_at_every_batch_size(engine_name, version, method, schedule, tmp_path):
     try:
@@ -93,12 +106,9 @@ def test_the_engine_runs_the_chosen_depth_at_every_batch_size(engine_name, versi
             engine_name, schedule, model="/models/drafter", method=method, version=version, config_dir=str(tmp_path)
         )
     except EngineVersionError as exc:  # what a release cannot serve at all is refused, never printed
-        assert (
-            (engine_name, method) == ("transformers", "eagle3")
-            or (engine_name, method) == ("vllm", "draft_model")
-            and V(version) < V("0.15.0")
-        ), exc
+        assert refused_outright(engine_name, version, method), exc
         return
+    assert not refused_outright(engine_name, version, method)
     for name, text in emitted.files.items():
         (tmp_path / name).write_text(text)
     as_chosen = runs_schedule(engine_name, version, schedule, method)

@@ -9,6 +9,7 @@ import json
 import safetensors.torch
 import torch
 
+from pipeline.autotune.engines.registry import folder_block_size
 from workers.drafters.dflash.export import export_dflash, names
 from workers.drafters.dflash.model import DFlashConfig, DFlashDrafter
 from workers.drafters.registry import family_of
@@ -33,6 +34,7 @@ def test_the_export_reads_back_into_the_same_drafter(tiny_target, tiny_dflash, t
         cfg.vocab_size,
     )
     assert config["max_position_embeddings"] == target.config.max_position_embeddings
+    assert folder_block_size(str(folder)) == cfg.block_size  # what autotune sizes the engines' block by
     tensors = safetensors.torch.load_file(folder / "model.safetensors")
     assert set(tensors) == set(names(cfg.layers).values())
     assert not any(k.startswith("model.") or "embed" in k or "lm_head" in k for k in tensors)
