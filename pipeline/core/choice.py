@@ -17,7 +17,9 @@ the engine's speed.
 
 With costs at several batch sizes the depth is chosen per batch size by the formula above.
 Batch size 1 keeps the choice above, and a depth never rises as the batch grows (verifying only
-gets dearer with B, so a rise would be noise). The result is a schedule of inclusive
+gets dearer with B, so a rise would be noise): the depths of the larger batch sizes are chosen
+together, the non-rising ones with the largest summed speedup, so that one batch size timed
+high does not end the drafting for all the larger ones. The result is a schedule of inclusive
 batch-size ranges up to `cost.max_batch_size` (pipeline/core/schedule.py), saved as
 `schedule.json` in the select job's MLflow run; where speculation stops paying, the depth
 falls to 0.
@@ -171,17 +173,33 @@ def leviathan_cost(cost_ratio: float, depths: int, one_pass: bool = False) -> li
 
 
 def depth_per_batch(curve: Curve, cost, first: int | None = None) -> dict[int, int]:
-    """k*(B) for every profiled batch size B (the smaller k on a tie), from a decoder's tokens per
-    pass when measured. A depth never rises with B: verifying more tokens only gets dearer as the
-    batch grows, so a rise would be noise. `first` replaces the depth at the first batch size."""
+    """k*(B) for every profiled batch size B, from a decoder's tokens per pass when measured: the
+    depths, never rising with B, whose predicted speedups summed over the profiled batch sizes are
+    the largest (the smaller depths on a tie). Verifying more tokens only gets dearer as the batch
+    grows, so a rise would be noise; choosing the depths together, rather than capping each by the
+    one before, keeps one noisy batch size from pulling every larger one down with it. `first`
+    fixes the depth at the first batch size."""
     tokens = curve.decode_accept_len or curve.accept_len
-    out: dict[int, int] = {}
-    cap = None
-    for b, draft, verify in zip(cost.batch_sizes, cost.draft_ms_by_batch, cost.verify_ms_by_batch):
-        speedups = batch_speedup(tokens[: len(verify)], draft_ms=draft, verify_ms=verify, one_pass=cost.one_pass)
-        k = max(range(len(speedups)), key=lambda k: (speedups[k], -k))
-        if cap is None and first is not None:
-            k = first
-        out[b] = k if cap is None else min(k, cap)
-        cap = out[b]
-    return out
+    table = [
+        batch_speedup(tokens[: len(verify)], draft_ms=draft, verify_ms=verify, one_pass=cost.one_pass)
+        for draft, verify in zip(cost.draft_ms_by_batch, cost.verify_ms_by_batch)
+    ]
+    if not table:
+        return {}
+
+    def rank(entry):  # the larger summed speedup, then the shallower depths
+        total, path = entry
+        return (total, -sum(path))
+
+    # best[k]: (summed speedup, depths) over the batch sizes so far, the current one at depth k
+    best = {k: (s, (k,)) for k, s in enumerate(table[0]) if first is None or k == first}
+    for row in table[1:]:
+        after = {}
+        for k, speedup in enumerate(row):
+            deeper = [entry for before, entry in best.items() if before >= k]
+            if deeper:
+                total, path = max(deeper, key=rank)
+                after[k] = (total + speedup, (*path, k))
+        best = after
+    _, depths = max(best.values(), key=rank)
+    return dict(zip(cost.batch_sizes, depths))
