@@ -192,7 +192,10 @@ def depth_per_batch(curve: Curve, cost, first: int | None = None) -> dict[int, i
         return (total, -sum(path))
 
     # best[k]: (summed speedup, depths) over the batch sizes so far, the current one at depth k
-    best = {k: (s, (k,)) for k, s in enumerate(table[0]) if first is None or k == first}
+    if first is None:
+        best = {k: (s, (k,)) for k, s in enumerate(table[0])}
+    else:  # fixed even past the depths timed at this batch size (a depth chosen from pass costs)
+        best = {first: (table[0][first] if first < len(table[0]) else 0.0, (first,))}
     for row in table[1:]:
         after = {}
         for k, speedup in enumerate(row):
