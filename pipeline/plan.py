@@ -88,7 +88,6 @@ def build_plan(
         return h
 
     trained_targets: dict[str, str] = {}
-    evaluation = spec.evaluation
     timing = CostTiming(**spec.cost.model_dump(include=set(CostTiming.model_fields)))
     for target, drafter in spec.pairing_list():
         ref = _target_ref(target)
@@ -100,6 +99,7 @@ def build_plan(
                 )
             deps["target"] = trained_targets[target.name]
         pair, t, d = f"{target.name}/{drafter.name}", target.name, drafter.name
+        evaluation = spec.evaluation_for(drafter)
         inputs = dict(deps)
         if drafter.trained_here:
             inputs["drafter"] = add(

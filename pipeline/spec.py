@@ -105,20 +105,13 @@ class ExperimentSpec(Strict):
             )
         return self
 
-    @model_validator(mode="after")
-    def _blocks_hold_the_depths(self):
-        """A DFlash drafter drafts at most block_size - 1 tokens (and no tree: its pairings skip them)."""
-        evaluation = self.evaluation
-        for i, d in enumerate(self.drafters):
-            if d.kind != "dflash":
-                continue
-            if d.block_size - 1 < evaluation.max_depth:
-                raise ValueError(
-                    f"drafters[{i}].block_size: {d.block_size} drafts at most {d.block_size - 1} tokens a pass, "
-                    f"fewer than evaluation.max_depth {evaluation.max_depth}; raise block_size to "
-                    f"{evaluation.max_depth + 1} or lower max_depth"
-                )
-        return self
+    def evaluation_for(self, drafter: DrafterSpec) -> Evaluation:
+        """The evaluation of a pairing with `drafter`: the spec's, measured no deeper than the drafter
+        drafts. A DFlash drafter drafts at most block_size - 1 tokens a pass, so its curve, cost table,
+        depth choice and checks end there (one spec compares blocks of several sizes)."""
+        if drafter.kind == "dflash" and drafter.block_size - 1 < self.evaluation.max_depth:
+            return self.evaluation.model_copy(update={"max_depth": drafter.block_size - 1})
+        return self.evaluation
 
     def resources_for(self, kind: str) -> Resources:
         return self.resources.get(kind, KINDS[kind].resources)

@@ -271,3 +271,20 @@ def test_the_cost_table_times_the_engine_on_the_curves_prompts_and_depends_on_no
         value = {"temperatures": [0.0, 1.0], "continuation_len": 12, "num_prompts": 5}[change]
         after = hashes(plan_of(modified(["evaluation"], {"max_depth": 4, change: value})))
         assert (after["profile_cost t/pre"] != before["profile_cost t/pre"]) is retimed, change
+
+
+def test_a_block_drafter_is_measured_checked_and_timed_to_its_block_and_the_others_to_the_spec_depth():
+    data = modified(["evaluation", "max_depth"], 6)
+    data["drafters"].append({"name": "b4", "kind": "dflash", "block_size": 4})
+    data["validation"] = {"num_prompts": 2}
+    plan = plan_of(data)
+    depth = {
+        (j.kind, j.drafter): (j.config.max_depth if j.kind == "profile_cost" else j.config.evaluation.max_depth)
+        for j in plan.jobs
+        if j.kind in ("measure_curve", "profile_cost", "measure_speedup")
+    }
+    assert {d for (_, name), d in depth.items() if name == "b4"} == {3}  # 3 drafts a block of 4
+    assert {d for (_, name), d in depth.items() if name != "b4"} == {6}
+    # a block drafter whose block holds the spec's depth plans as before
+    data["drafters"][-1]["block_size"] = 7
+    assert {j.config.evaluation.max_depth for j in plan_of(data).jobs if j.kind == "measure_curve"} == {6}

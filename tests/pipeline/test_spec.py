@@ -125,9 +125,10 @@ def test_a_dflash_drafter_drafts_within_its_block_and_no_tree():
     spec = parse_spec(dflash + "evaluation: {max_depth: 6}\n")
     drafter = spec.drafters[0]
     assert (drafter.layers, drafter.block_size, drafter.target_states["fusion"]) == (1, 7, "spread1")
-    (msg,) = errors_of(dflash + "evaluation: {max_depth: 7}\n")
-    assert msg.startswith("drafters[0].block_size: 7 drafts at most 6 tokens") and "max_depth 7" in msg
-    assert msg.endswith("(line 8)")  # the drafter's block_size line
+    # measured as deep as its block drafts, whatever the spec's depth; other drafters to that depth
+    deep = parse_spec(dflash + "evaluation: {max_depth: 9}\n")
+    assert deep.evaluation_for(deep.drafters[0]).max_depth == 6 and deep.evaluation.max_depth == 9
+    assert spec.evaluation_for(drafter) is spec.evaluation
     (msg,) = errors_of(dflash.replace("block_size: 7", "block_size: 8\n    train: {seq_len: 8}"))
     assert msg.startswith("drafters[0]: block_size 8 leaves no context")
 
