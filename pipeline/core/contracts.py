@@ -324,11 +324,13 @@ class TreeChoice(Contract):
 
 
 def serves_tree(tree, speedup: float | None, chain_speedup: float | None, all_batches: bool | None) -> bool:
-    """Whether serving runs a chosen tree rather than the chain: it drafts something, is predicted to
+    """Whether serving runs a chosen tree rather than the chain: it branches somewhere, is predicted to
     beat the chain, and was chosen at every profiled batch size (a tree chosen at batch size 1 only
-    gives way to the smaller ones larger batches chose). `autotune` writes a tree only then, and the
-    validation holds a tree to its bar only then."""
-    return bool(tree) and speedup is not None and bool(chain_speedup) and speedup > chain_speedup and bool(all_batches)
+    gives way to the smaller ones larger batches chose). A tree of top-1 nodes only is a chain, whose
+    depth the depth choice weighed on the chain engine's own pass costs: it is never served as a
+    tree. `autotune` writes a tree only when served, and the validation holds a tree to its bar only then."""
+    branches = any(rank != 0 for node in tree or () for rank in node)
+    return branches and speedup is not None and bool(chain_speedup) and speedup > chain_speedup and bool(all_batches)
 
 
 class Selected(Contract):
