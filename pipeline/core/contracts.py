@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from pipeline.core.files import Files
 from pipeline.core.model_settings import BuiltinTarget, DrafterSpec
 from pipeline.core.settings import CostTiming, Evaluation, Serving, TimedPrompts, TrainingData, Validation
+from pipeline.core.trees import chain_tree
 from pipeline.core.types import CostProfile, Curve, DepthChoice
 
 
@@ -329,7 +330,8 @@ def serves_tree(tree, speedup: float | None, chain_speedup: float | None, all_ba
     gives way to the smaller ones larger batches chose). A tree of top-1 nodes only is a chain, whose
     depth the depth choice weighed on the chain engine's own pass costs: it is never served as a
     tree. `autotune` writes a tree only when served, and the validation holds a tree to its bar only then."""
-    branches = any(rank != 0 for node in tree or () for rank in node)
+    nodes = tuple(map(tuple, tree or ()))  # a stored row holds lists
+    branches = nodes != chain_tree(len(nodes))  # the empty tree is the chain of 0
     return branches and speedup is not None and bool(chain_speedup) and speedup > chain_speedup and bool(all_batches)
 
 
