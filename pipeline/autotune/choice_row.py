@@ -8,7 +8,8 @@ autotune would print for it, before any row exists.
 
 from __future__ import annotations
 
-from pipeline.core.contracts import Selected, serves_tree
+from pipeline.core.contracts import Selected
+from pipeline.core.tree_contracts import serves_tree
 
 
 def sampling_of(row: dict) -> str | None:

@@ -34,7 +34,7 @@ import random
 from collections.abc import Sequence
 
 from pipeline.core.acceptance import decode_walk
-from pipeline.core.contracts import TreeCandidate, TreeChoice
+from pipeline.core.tree_contracts import TreeCandidate, TreeChoice
 from pipeline.core.trees import Tree, best_trees, chain_tree, kept, prefix_counts, shape
 from pipeline.core.types import CostProfile
 

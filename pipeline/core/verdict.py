@@ -8,7 +8,7 @@ hardware the engine ran on.
 
 With a tree chosen, the engine also runs it, the best trees one and two sizes either side, and
 the chain at its chosen depth; every one must decode as plain greedy decoding does, and a tree
-that serving would run (predicted to beat the chain, `contracts.serves_tree`) must reach
+that serving would run (predicted to beat the chain, `tree_contracts.serves_tree`) must reach
 (1 - tolerance) of the best of those and of the chain. A tree the chain beats is timed for the
 report but not held to that bar: the chain is what is served.
 """

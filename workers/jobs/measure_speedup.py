@@ -4,7 +4,8 @@ the verdict on what the choice predicted (pipeline/core/verdict.py holds the rul
 
 from __future__ import annotations
 
-from pipeline.core.contracts import HFRun, MeasureSpeedupConfig, TreeCheck, TreeChoice, Validated
+from pipeline.core.contracts import HFRun, MeasureSpeedupConfig, TreeCheck, Validated
+from pipeline.core.tree_contracts import TreeChoice
 from pipeline.core.verdict import depth_verdict, tree_problems
 from workers.data.tokenizer import pad_id
 from workers.decoding.hf_generate import hf_comparison

@@ -8,6 +8,7 @@ import pytest
 from db.rows import tuned_config
 from pipeline.autotune.choice_row import choice_row
 from pipeline.core import contracts as c
+from pipeline.core import tree_contracts as tc
 from pipeline.core.choice import choose_depth
 from pipeline.core.serving_verdict import depth_at, predictor, served_points, serving_verdict, share_interval
 from pipeline.core.types import CostProfile, Curve
@@ -150,10 +151,10 @@ def test_depth_at_reads_a_schedule_as_vllm_does():
 
 def test_the_choice_row_is_what_the_store_keeps_for_autotune():
     candidates = (
-        c.TreeCandidate(tree=(), decode_accept_len=1.0, speedups=(1.0,)),
-        c.TreeCandidate(tree=((0,), (1,), (0, 0)), decode_accept_len=2.1, speedups=(1.4,)),
+        tc.TreeCandidate(tree=(), decode_accept_len=1.0, speedups=(1.0,)),
+        tc.TreeCandidate(tree=((0,), (1,), (0, 0)), decode_accept_len=2.1, speedups=(1.4,)),
     )
-    tree = c.TreeChoice(
+    tree = tc.TreeChoice(
         tree=candidates[1].tree,
         decode_accept_len=2.1,
         speedup=1.4,

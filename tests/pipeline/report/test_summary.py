@@ -9,6 +9,7 @@ import json
 
 from pipeline.autotune.tuning import render
 from pipeline.core import contracts as c
+from pipeline.core import tree_contracts as tc
 from pipeline.core.types import DepthChoice
 from pipeline.report.data import ExperimentRecord, PairingResults, load_experiment
 from pipeline.report.engine_flags import DRAFTER_PATH
@@ -32,12 +33,12 @@ def _selected(k: int, schedule=None, batch_depths=None, tree=None, speedups=SPEE
     )
 
 
-def _tree(nodes, speedup: float, chain_depth: int, chain_speedup: float) -> c.TreeChoice:
+def _tree(nodes, speedup: float, chain_depth: int, chain_speedup: float) -> tc.TreeChoice:
     candidates = tuple(
-        c.TreeCandidate(tree=nodes[:n], decode_accept_len=1.0 + 0.4 * n, speedups=(1.0 + 0.03 * n, 1.0))
+        tc.TreeCandidate(tree=nodes[:n], decode_accept_len=1.0 + 0.4 * n, speedups=(1.0 + 0.03 * n, 1.0))
         for n in range(len(nodes) + 1)
     )
-    return c.TreeChoice(
+    return tc.TreeChoice(
         tree=nodes,
         decode_accept_len=2.2,
         speedup=speedup,

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from pipeline.core import contracts as c
+from pipeline.core import tree_contracts as tc
 from pipeline.core.choice import choose_depth
 from pipeline.core.model_settings import Eagle3DrafterSpec
 from pipeline.core.settings import Evaluation, Validation
@@ -299,13 +300,13 @@ def test_a_tree_the_chain_beats_is_timed_but_not_held_to_the_bar_and_a_served_on
 
 def test_a_tree_is_served_only_when_predicted_to_beat_the_chain_at_every_batch_size():
     candidates = (
-        c.TreeCandidate(tree=(), decode_accept_len=1.0, speedups=(1.0, 1.0)),
-        c.TreeCandidate(tree=((0,),), decode_accept_len=1.5, speedups=(1.2, 1.1)),
-        c.TreeCandidate(tree=((0,), (1,)), decode_accept_len=1.7, speedups=(1.3, 1.0)),
+        tc.TreeCandidate(tree=(), decode_accept_len=1.0, speedups=(1.0, 1.0)),
+        tc.TreeCandidate(tree=((0,),), decode_accept_len=1.5, speedups=(1.2, 1.1)),
+        tc.TreeCandidate(tree=((0,), (1,)), decode_accept_len=1.7, speedups=(1.3, 1.0)),
     )
 
-    def choice(n: int, chain: float, budgets: dict[int, int]) -> c.TreeChoice:
-        return c.TreeChoice(
+    def choice(n: int, chain: float, budgets: dict[int, int]) -> tc.TreeChoice:
+        return tc.TreeChoice(
             tree=candidates[n].tree,
             decode_accept_len=candidates[n].decode_accept_len,
             speedup=candidates[n].speedups[0],
