@@ -11,6 +11,11 @@ Drafters plug in as proposers, one per drafter family (`workers/drafters/<family
 `start(tokens, streams)`, `propose(depth, temperature, gen) -> (drafts, q)`, `accept(emitted,
 streams)`, and for trees `propose_tree` and `accept_tree`. The engine knows nothing else of them.
 
+With `on_round`, each verification is handed over as it ran (`Verified`): the drafts, how many
+were accepted, the token emitted after them, and the target's final hidden state at each drafted
+position (its output head turns it into p exactly), which on-policy distillation replays
+(workers/drafters/opd/rollout.py). The final state is captured in the same verify pass.
+
 The engine's tests: at temperature 0 its output equals the target's own greedy decode; at
 temperature 1 a chi-square test on a 12-token vocabulary compares the emitted tokens with the
 exact (enumerated) target distribution, for both proposer kinds (EAGLE and standalone), and
@@ -21,11 +26,23 @@ every draft and gets the bonus token.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
 from workers.decoding.sampling import drafting_temperature, one_hot_q, sample
 from workers.models.features import cached_forward_states
+
+
+class Verified(NamedTuple):
+    """One verification pass as the engine ran it."""
+
+    anchor: int  # index, in prompt + output, of the token the drafts follow (the last committed one)
+    drafts: list[int]  # the k drafted tokens
+    accepted: int  # how many of them the target kept
+    emitted: int  # the token emitted after the kept ones: the correction, or the bonus when all were kept
+    final: torch.Tensor  # [k, d] the target's final hidden state at each drafted position (row j scores drafts[j])
 
 
 def residual_sample(p: torch.Tensor, q: torch.Tensor, gen: torch.Generator | None) -> int:
@@ -68,6 +85,7 @@ def generate(
     gen: torch.Generator | None = None,
     timing: dict | None = None,
     draft_sampling: str = "sampled",
+    on_round: Callable[[Verified], None] | None = None,
 ):
     """Decode max_new tokens after prompt ([1, P]). Returns (tokens, drafts accepted per target pass).
 
@@ -77,7 +95,7 @@ def generate(
     depth 0 is plain decoding: one target pass per token, the proposer is never called. With a
     `timing` dict, the decoding after the prompt's pass (prefill excluded) is timed into it:
     decode_s, tokens (every token emitted after the first, overshoot past max_new included) and
-    passes (target passes).
+    passes (target passes). `on_round` receives every verification (`Verified`) as it runs.
     """
     if depth < 0:
         raise ValueError(f"depth must be >= 0 (0 is plain decoding), got {depth}")
@@ -88,14 +106,19 @@ def generate(
     if depth:
         proposer.start(prompt[0].tolist() + [y], streams)
     draft_temp = drafting_temperature(temperature, draft_sampling)
+    final = (target.config.num_hidden_layers,) if on_round is not None and depth else ()  # the last, normed state
     t0 = clock(prompt.device)
     while len(out) < max_new:
         drafts, q = proposer.propose(depth, draft_temp, gen) if depth else ([], None)
         inp = torch.tensor([[y] + drafts], device=prompt.device)
-        logits, cache, streams = cached_forward_states(target, inp, cache, capture)  # the ONE verify pass
+        logits, cache, streams = cached_forward_states(target, inp, cache, capture + final)  # the ONE verify pass
         if drafts and temperature > 0 and draft_temp == 0:  # greedy drafts: q is one-hot on each
             q = one_hot_q(inp[0, 1:], logits.shape[-1])
         n, nxt = accept_drafts(logits[0], drafts, q, temperature, gen)
+        if final:
+            anchor = prompt.shape[1] + len(out) - 1
+            on_round(Verified(anchor, drafts, n, nxt, streams[-1][0, : len(drafts)]))
+            streams = streams[: len(capture)]
         if depth - n > 0:
             cache.crop(-(depth - n))  # forget the rejected drafts; y and the accepted ones stay
         emitted = drafts[:n] + [nxt]

@@ -183,3 +183,37 @@ def test_identical_drafter_accepts_every_draft_and_gets_the_bonus():
         )
         assert accepted == [4] * 4  # 1 prefill token + 4 passes x (4 drafts + bonus) = 21
         assert len(out) == 21
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_each_verification_is_handed_over_as_it_ran(temperature):
+    """`on_round` gets every pass: its accepted counts are the engine's, its drafts and emitted tokens
+    rebuild the output, and its final states give the target's own next-token logits after the
+    anchor and the drafts before each position (recomputed here by a plain forward)."""
+    target = _tiny_llama(0, vocab=40)
+    cfg = drafter_config_for(target, norm="post", fc_norm=True, fusion="tri")
+    torch.manual_seed(2)
+    proposer = ChainProposer(drafter_from_target(target, cfg).eval())
+    prompt = torch.tensor([[1, 2, 3, 4, 5]])
+    rounds = []
+    out, accepted = generate(
+        target,
+        proposer,
+        prompt,
+        max_new=30,
+        depth=3,
+        temperature=temperature,
+        gen=torch.Generator().manual_seed(4),
+        on_round=rounds.append,
+    )
+    assert [r.accepted for r in rounds] == accepted
+    text = prompt[0].tolist() + [out[0]]
+    for r in rounds:
+        assert r.anchor == len(text) - 1  # the drafts follow the newest committed token
+        assert len(r.drafts) == 3 and r.final.shape == (3, 32)
+        with torch.no_grad():
+            want = target(input_ids=torch.tensor([text + r.drafts[:-1]])).logits[0, r.anchor :]  # [3, V]
+        assert torch.allclose(target.lm_head(r.final), want, atol=1e-4)
+        text += r.drafts[: r.accepted] + [r.emitted]
+    assert text[prompt.shape[1] :][:30] == out
+    assert any(0 < n < 3 for n in accepted)  # partial acceptance was exercised
