@@ -207,6 +207,7 @@ def tuned_config(
         "pass_cost": list(selected.pass_cost) if selected.pass_cost is not None else None,
         "draft_sampling": selected.draft_sampling,
         "timed_by": selected.timed_by,
+        "block_drafting": selected.block_drafting,
         **(
             {}
             if selected.tree is None

@@ -37,6 +37,8 @@ TUNED_SOURCES = ("offline", "production")
 COST_MODELS = ("timed", "leviathan")
 # At temperature > 0, how drafts were drawn and verified (workers/decoding/sampling.py).
 DRAFT_SAMPLING = ("sampled", "greedy")
+# How a DFlash drafter's depths below its trained block were drafted (the drafter spec's block_drafting).
+BLOCK_DRAFTING = ("trained", "depth")
 
 NAME_LEN = LABEL_MAX  # model ids and local paths, experiment and job names, hardware descriptions
 HASH_LEN = 64  # sha256 hex digests
@@ -359,6 +361,9 @@ class TunedConfig(Base):
     # whose clock timed the costs the choice used: "specfleet" (its own engine) or a serving engine
     # and its release ("vllm 0.32.0"); None: not recorded (production versions, older rows)
     timed_by: Mapped[str | None] = mapped_column(String(TAG_LEN))
+    # a DFlash drafter's: "trained" (depth k verified the first k drafts of the whole trained block) or
+    # "depth" (a block of k + 1); None for other drafters, production versions and older rows
+    block_drafting: Mapped[str | None] = mapped_column(String(TAG_LEN))
     # the draft tree chosen at batch size 1, as JSON [[ranks...], ...] (pipeline/core/trees.py), a
     # decoder's tokens per target pass with it, its predicted speedup, and the predicted speedup of the
     # chain at `depth` under the same tree cost model; None: no tree was chosen

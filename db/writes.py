@@ -32,6 +32,7 @@ from db.queries import (
 )
 from db.rows import curve_points
 from db.tables import (
+    BLOCK_DRAFTING,
     COST_MODELS,
     DRAFT_SAMPLING,
     HASH_LEN,
@@ -355,6 +356,10 @@ def checked_tuned(tuned: dict, where: str) -> dict:
     if values.get("draft_sampling") not in (None, *DRAFT_SAMPLING):
         raise StoreError(
             f"{where}: draft_sampling must be one of {DRAFT_SAMPLING} or None, got {values['draft_sampling']!r}"
+        )
+    if values.get("block_drafting") not in (None, *BLOCK_DRAFTING):
+        raise StoreError(
+            f"{where}: block_drafting must be one of {BLOCK_DRAFTING} or None, got {values['block_drafting']!r}"
         )
     if values.get("cost_model") not in (None, *COST_MODELS):
         raise StoreError(f"{where}: cost_model must be one of {COST_MODELS} or None, got {values['cost_model']!r}")

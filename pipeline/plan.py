@@ -133,6 +133,7 @@ def build_plan(
                 "cost_ratio": spec.cost.cost_ratio,
                 "max_batch_size": spec.cost.schedule_end,
                 "draft_sampling": evaluation.draft_sampling,
+                "block_drafting": getattr(drafter, "block_drafting", None),  # a DFlash drafter's only
             },
             {"curve": curve, "cost": cost},
             t,

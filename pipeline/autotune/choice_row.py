@@ -1,5 +1,6 @@
 """What `specfleet autotune` reads of a tuned config to print an engine config: the depth schedule,
-the draft tree (only where it is predicted to beat the chain) and the drafting rule at T > 0.
+the draft tree (only where it is predicted to beat the chain), the drafting rule at T > 0 and a
+DFlash drafter's block rule.
 
 The rows are the store's tuned configs (db/rows.tuned_config); `choice_row` gives the same fields
 straight from a depth choice, so a serving check (workers/jobs/serve_check.py) prints exactly what
@@ -15,6 +16,12 @@ from pipeline.core.tree_contracts import serves_tree
 def sampling_of(row: dict) -> str | None:
     """How the row's curve drew drafts, when that matters to the engine: at temperature > 0."""
     return row.get("draft_sampling") if row.get("temperature", 0.0) > 0 else None
+
+
+def block_drafting_of(row: dict) -> str:
+    """How the row's DFlash curve drafted a depth below the trained block: "trained" (the whole block;
+    also every row stored before this was recorded) or "depth" (a block of depth + 1)."""
+    return row.get("block_drafting") or "trained"
 
 
 def schedule_of(row: dict) -> list[tuple[int, int, int]]:
@@ -63,6 +70,7 @@ def choice_row(selected: Selected) -> dict:
         "schedule_measured_to": selected.schedule_measured_to,
         "temperature": selected.temperature,
         "draft_sampling": selected.draft_sampling,
+        "block_drafting": selected.block_drafting,
         "tree": [list(n) for n in tree.tree] if tree is not None else None,
         "tree_speedup": tree.speedup if tree is not None else None,
         "tree_chain_speedup": tree.chain_speedup if tree is not None else None,

@@ -244,6 +244,7 @@ def render(
     draft_sampling: str | None = None,
     tree=None,
     write_files: bool = True,
+    block_drafting: str = "trained",
 ) -> engines.Emitted:
     """The engine config for one release (default: its current one), with the draft tree in place of
     the chain where that release runs it. Files it names (SGLang's adaptive steps) are written to
@@ -267,6 +268,7 @@ def render(
             config_dir=str(folder),
             draft_sampling=draft_sampling,
             tree=tree,
+            block_drafting=block_drafting,
         )
     except engines.EngineVersionError as exc:
         raise UserError(f"{exc.option}: {exc}") from None

@@ -178,7 +178,7 @@ def _print_config(
     production version, which has none); what the engine release could not express, and files it
     reads, on stderr. Without `write_files` (a dry run) the files the config names are not written."""
     from pipeline.autotune import tuning as tune
-    from pipeline.autotune.choice_row import sampling_of, schedule_of, tree_of, unmeasured_note
+    from pipeline.autotune.choice_row import block_drafting_of, sampling_of, schedule_of, tree_of, unmeasured_note
 
     emitted = tune.render(
         engine,
@@ -188,6 +188,7 @@ def _print_config(
         version=version,
         config_dir=workdir / "engine-configs",
         draft_sampling=sampling_of(row),
+        block_drafting=block_drafting_of(row),
         tree=tree_of(row),
         write_files=write_files,
     )

@@ -49,7 +49,7 @@ def serve(
     """Serve one pairing with vLLM's OpenAI server as its active tuned config says, on 127.0.0.1,
     until Ctrl-C (its /metrics feed `specfleet autotune --from-metrics`)."""
     from pipeline.autotune import tuning as tune
-    from pipeline.autotune.choice_row import sampling_of, schedule_of, tree_of
+    from pipeline.autotune.choice_row import block_drafting_of, sampling_of, schedule_of, tree_of
     from pipeline.autotune.served_target import target_folder
     from workers.serving.vllm_engine import VllmError, cpu_env, engine_python, speculative_config, vllm_version
     from workers.serving.vllm_server import ApiServer, free_port, server_argv
@@ -90,6 +90,7 @@ def serve(
             version=version,
             config_dir=workdir / "engine-configs",
             draft_sampling=sampling_of(row),
+            block_drafting=block_drafting_of(row),
             tree=tree,
         )
         for line in emitted.notes:

@@ -87,7 +87,8 @@ class TrainDrafterConfig(JobConfig):
     target: TargetRef
     drafter: DrafterSpec
     device: str
-    unhashed: ClassVar[dict] = {"target": {"name"}, "drafter": {"name"}}
+    # how a DFlash drafter is run (block_drafting) does not change how it is trained
+    unhashed: ClassVar[dict] = {"target": {"name"}, "drafter": {"name", "block_drafting"}}
 
 
 class MeasureCurveConfig(JobConfig):
@@ -118,6 +119,7 @@ class SelectDepthConfig(JobConfig):
     cost_ratio: float | None  # the spec's override of the timed engine iterations
     max_batch_size: int
     draft_sampling: Literal["sampled", "greedy"] = "sampled"  # how the curve drew drafts at T > 0
+    block_drafting: Literal["trained", "depth"] | None = None  # a DFlash drafter's, as the curve ran it
 
 
 class MeasureSpeedupConfig(JobConfig):
@@ -297,6 +299,9 @@ class Selected(Contract):
     batch_depths: dict[int, int] | None = None
     schedule: tuple[tuple[int, int, int], ...] | None = None  # inclusive [lo, hi, k] ranges
     draft_sampling: Literal["sampled", "greedy"] = "sampled"  # at T > 0, the drafting rule the curve assumed
+    # a DFlash drafter's depths below its trained block: drafted from the whole block ("trained") or a
+    # block of k + 1 ("depth") in the curve, costs and validation; None for every other drafter
+    block_drafting: Literal["trained", "depth"] | None = None
     by_category: tuple[CategoryChoice, ...] = ()  # with a categorised prompts file: the batch-1 depth per category
     tree: TreeChoice | None = None  # with ranks measured and tree passes timed
     timed_by: str = "specfleet"  # whose clock timed the costs the choice used (CostProfile.timed_by)

@@ -238,7 +238,9 @@ class TrainDFlash(Strict):
 class DFlashDrafterSpec(_TrainedForTheTarget):
     """A DFlash block drafter trained for the target: `layers` decoder layers over the target's
     states at `target_layer_ids` (0-based; default spread over the target), drafting block_size - 1
-    tokens in one non-causal pass. `loss_decay`: the block positions' loss weights exp(-(k-1)/decay)."""
+    tokens in one non-causal pass. `loss_decay`: the block positions' loss weights exp(-(k-1)/decay).
+    `block_drafting` changes how it is run, not how it is trained: two entries that differ only there
+    share one training job."""
 
     name: str = NAME
     kind: Literal["dflash"]
@@ -248,6 +250,12 @@ class DFlashDrafterSpec(_TrainedForTheTarget):
         None, min_length=1, description="0-based target layers whose outputs the drafter reads"
     )
     loss_decay: float | None = Field(None, gt=0, le=1000)
+    block_drafting: Literal["trained", "depth"] = Field(
+        "trained",
+        description="how a depth k below the trained block is drafted, measured and served: 'trained' fills "
+        "the whole trained block and verifies its first k drafts (vLLM 0.32+); 'depth' drafts a block of "
+        "k + 1, [last token, mask x k] (vLLM before 0.32, SGLang, TensorRT-LLM). Training is the same",
+    )
     train: TrainDFlash = TrainDFlash()
 
     @model_validator(mode="after")

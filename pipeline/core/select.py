@@ -71,6 +71,7 @@ def run(config: SelectDepthConfig, inputs: dict, *, num_gpus: float, progress) -
         batch_depths=batch_depths,
         schedule=schedule,
         draft_sampling=config.draft_sampling,
+        block_drafting=config.block_drafting,
         by_category=by_category,
         tree=tree,
     )

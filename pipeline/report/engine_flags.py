@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.autotune.choice_row import choice_row, sampling_of, schedule_of, tree_of
+from pipeline.autotune.choice_row import block_drafting_of, choice_row, sampling_of, schedule_of, tree_of
 from pipeline.autotune.engines import registry
 from pipeline.core.model_settings import SERVED_AS
 
@@ -54,6 +54,7 @@ def engine_flags(selected, drafter_kind: str, block_size: int | None = None) -> 
                 draft_sampling=sampling_of(row),
                 tree=tree_of(row),
                 block_size=block_size,
+                block_drafting=block_drafting_of(row),
             )
         except registry.EngineVersionError as exc:
             # the message names the engine (and release) the summary already names

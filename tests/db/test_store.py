@@ -50,6 +50,7 @@ VERSION_KEYS = {
     "pass_cost",
     "draft_sampling",
     "timed_by",
+    "block_drafting",
     "schedule_measured_to",
     "tree",
     "tree_decode_accept_len",
@@ -360,10 +361,13 @@ def test_the_choice_keeps_what_it_maximised_and_its_cost_model(store: Store) -> 
         decode_accept_len=1.8,
         cost_model="timed",
         pass_cost=[1.0, 1.5, 1.9, 2.2],
+        block_drafting="depth",
     )
     (timed,) = store.best(drafter="other")
     assert (timed["decode_accept_len"], timed["cost_model"], timed["pass_cost"]) == (1.8, "timed", [1.0, 1.5, 1.9, 2.2])
+    assert timed["block_drafting"] == "depth"  # a DFlash curve measured on blocks of depth + 1
     for bad in (
+        {"block_drafting": "half"},
         {"cost_model": "guess"},
         {"pass_cost": [1.0]},
         {"pass_cost": [1.0, float("nan")]},

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
+from pipeline.errors import SpecError
 from pipeline.plan import build_plan
 from pipeline.spec import parse_spec
 
@@ -288,3 +290,21 @@ def test_a_block_drafter_is_measured_checked_and_timed_to_its_block_and_the_othe
     # a block drafter whose block holds the spec's depth plans as before
     data["drafters"][-1]["block_size"] = 7
     assert {j.config.evaluation.max_depth for j in plan_of(data).jobs if j.kind == "measure_curve"} == {6}
+
+
+def test_a_block_drafter_run_on_blocks_of_its_depth_shares_the_training_and_is_measured_apart():
+    """`block_drafting` changes how a DFlash drafter is run, not how it is trained: two entries that differ
+    there train once, measure, time and validate apart, and the depth choice records the rule."""
+    data = modified(["drafters"], [{"name": "whole", "kind": "dflash", "block_size": 4}])
+    data["drafters"].append({"name": "short", "kind": "dflash", "block_size": 4, "block_drafting": "depth"})
+    data["validation"] = {"num_prompts": 2}
+    plan = plan_of(data)
+    assert [j.kind for j in plan.jobs].count("train_drafter") == 1
+    for kind in ("measure_curve", "profile_cost", "measure_speedup", "select_depth"):
+        assert len({j.hash for j in plan.jobs if j.kind == kind}) == 2, kind
+    rules = {j.drafter: j.config.block_drafting for j in plan.jobs if j.kind == "select_depth"}
+    assert rules == {"whole": "trained", "short": "depth"}
+    # an EAGLE-3 drafter has no block: its choice records none, and the spec refuses the field on it
+    assert {j.config.block_drafting for j in plan_of(BASE).jobs if j.kind == "select_depth"} == {None}
+    with pytest.raises(SpecError, match=r"drafters\[0\].block_drafting: unknown key"):
+        plan_of(modified(["drafters", 0, "block_drafting"], "depth"))

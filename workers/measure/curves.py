@@ -19,7 +19,9 @@ same way, so validation measures the rule the curve assumed; both rules keep the
 distribution exactly.
 
 Each curve also gets `decode_accept_len(k)`, the tokens per target pass of a decoder walking the
-measured chains (pipeline/core/acceptance.py): it is stored beside `accept_len` in the database's
+measured chains (pipeline/core/acceptance.py); for a DFlash drafter run with `block_drafting: depth`
+each smaller depth's walk is over chains drafted (and verified) at that depth, as the engine drafts
+them, while the survival curve stays the deepest chains': it is stored beside `accept_len` in the database's
 `curves` table and logged to MLflow with `step = depth`. The drift diagnostics
 (workers/measure/diagnostics.py) go to the `diagnostics` table beside the curve and to MLflow as
 `<name>/<condition>/T<temperature>`, also with `step = depth`, and `specfleet report` draws them.
@@ -150,27 +152,26 @@ def _measure(target, chains, prompts, evaluation, condition, temp, gen):
             ranks = chains.ranks(seq, starts, rank_noise).tolist()
             rank_paths.append([rank_path(r, evaluation.tree_topk) for r in ranks])
         if temp == 0:
-            ok = (p_logits.argmax(-1) == chain_drafts).int()
-            mine = ok.cumprod(dim=1).sum(dim=1).tolist()
+            mine = _greedy_accepted(p_logits, chain_drafts)
             accepted += mine
             one = curve_from_accepted(mine, depth, condition=condition, temperature=temp)
             per_prompt.append([len(mine), *(x * len(mine) for x in one.survival)])
-            walks.append([list(decode_walk(mine, k)) for k in range(depth + 1)])
-            continue
-        # q as the verifier sees it: the drafter's distribution, or one-hot on greedy drafts
-        q = torch.softmax(q_logits / temp, dim=-1) if draft_temp > 0 else one_hot_q(chain_drafts, q_logits.shape[-1])
-        p = torch.softmax(p_logits / temp, dim=-1)
-        my_alphas = torch.minimum(p, q).sum(-1).clamp(max=1.0).tolist()
-        picked = chain_drafts[..., None]
-        my_ratios = (p.gather(-1, picked) / q.gather(-1, picked)).squeeze(-1).clamp(max=1.0).tolist()
-        alphas += my_alphas
-        ratios += my_ratios
-        one = curve_from_sampled(my_ratios, my_alphas, condition=condition, temperature=temp)
-        per_prompt.append([len(my_alphas), *(x * len(my_alphas) for x in one.survival)])
-        # what a decoder's accept/reject would keep, WALK_DRAWS times; an approximation at T > 0: the
-        # text after a rejection is the target's sample here, a residual draw in a decoder
-        draws = [[_accepted_draws(r, walk_gen) for r in my_ratios] for _ in range(WALK_DRAWS)]
-        walks.append([[sum(x) for x in zip(*(decode_walk(d, k) for d in draws))] for k in range(depth + 1)])
+            draws = [mine]
+        else:
+            # q as the verifier sees it: the drafter's distribution, or one-hot on greedy drafts
+            my_ratios, my_alphas = _sampled_ratios(p_logits, chain_drafts, q_logits, temp, draft_temp)
+            alphas += my_alphas
+            ratios += my_ratios
+            one = curve_from_sampled(my_ratios, my_alphas, condition=condition, temperature=temp)
+            per_prompt.append([len(my_alphas), *(x * len(my_alphas) for x in one.survival)])
+            # what a decoder's accept/reject would keep, WALK_DRAWS times; an approximation at T > 0: the
+            # text after a rejection is the target's sample here, a residual draw in a decoder
+            draws = [[_accepted_draws(r, walk_gen) for r in my_ratios] for _ in range(WALK_DRAWS)]
+        kept = {k: draws for k in range(depth + 1)}
+        if chains.per_depth:  # a smaller depth drafts chains of its own: walk those
+            for k in range(1, depth):
+                kept[k] = _kept_at_depth(target, chains, seq, starts, k, temp, draft_temp, gen, walk_gen)
+        walks.append([[sum(x) for x in zip(*(decode_walk(d, k) for d in kept[k]))] for k in range(depth + 1)])
     if temp == 0:
         curve = curve_from_accepted(accepted, depth, condition=condition, temperature=temp)
     else:
@@ -180,6 +181,33 @@ def _measure(target, chains, prompts, evaluation, condition, temp, gen):
 
 
 WALK_DRAWS = 8
+
+
+def _greedy_accepted(p_logits: torch.Tensor, drafts: torch.Tensor) -> list[int]:
+    """Per chain, how many drafts greedy verification keeps. p_logits: [N, K, V], drafts: [N, K]"""
+    return (p_logits.argmax(-1) == drafts).int().cumprod(dim=1).sum(dim=1).tolist()
+
+
+def _sampled_ratios(p_logits, drafts, q_logits, temp: float, draft_temp: float):
+    """Per chain and draft, min(1, p/q) at the drafted token and alpha = sum_x min(p, q), with q as the
+    verifier sees it (the drafter's, or one-hot on greedy drafts). -> (ratios, alphas) as lists [N][K]"""
+    q = torch.softmax(q_logits / temp, dim=-1) if draft_temp > 0 else one_hot_q(drafts, q_logits.shape[-1])
+    p = torch.softmax(p_logits / temp, dim=-1)
+    alphas = torch.minimum(p, q).sum(-1).clamp(max=1.0).tolist()
+    picked = drafts[..., None]
+    ratios = (p.gather(-1, picked) / q.gather(-1, picked)).squeeze(-1).clamp(max=1.0).tolist()
+    return ratios, alphas
+
+
+def _kept_at_depth(target, chains, seq, starts, k: int, temp: float, draft_temp: float, gen, walk_gen):
+    """The drafts a decoder keeps of each chain drafted at depth k on its own (`chains.per_depth`),
+    verified in a target pass of their own: one list at T = 0, WALK_DRAWS draws above."""
+    drafts, q_logits = chains.draft_depth(k, draft_temp, gen)
+    p_logits = verify_chains(target, seq, starts, drafts)
+    if temp == 0:
+        return [_greedy_accepted(p_logits, drafts)]
+    ratios, _ = _sampled_ratios(p_logits, drafts, q_logits, temp, draft_temp)
+    return [[_accepted_draws(r, walk_gen) for r in ratios] for _ in range(WALK_DRAWS)]
 
 
 def _accepted_draws(ratios: list[float], gen) -> int:

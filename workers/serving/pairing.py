@@ -41,6 +41,7 @@ class EnginePairing:
     max_depth: int
     seed: int
     cpu_threads: int | None  # the CPU backend bound to this many cores; None on a GPU
+    block_drafting: str = "trained"  # a DFlash drafter's depths below its block, as specfleet measured them
 
     def emitted(self, schedule, sampling=None, tree=None):
         """What autotune prints for `schedule` (None when no depth pays), or why the release refuses it."""
@@ -55,6 +56,7 @@ class EnginePairing:
                 version=self.serving.version,
                 draft_sampling=sampling,
                 tree=tree,
+                block_drafting=self.block_drafting,
             )
         except EngineVersionError as exc:
             return f"{exc.option}: {exc}"
@@ -93,6 +95,7 @@ def engine_pairing(config, inputs: dict, *, batch_sizes: list[int], device) -> I
             model=model,
             drafter=_drafter_folder(family, config, inputs, Path(tmp) / "drafter"),
             method=family.method,
+            block_drafting=getattr(config.drafter, "block_drafting", "trained"),  # a DFlash drafter's only
             serving=config.serving,
             dtype=str(pick_dtype(config.target.dtype, device)).removeprefix("torch."),
             prompts=prompts,

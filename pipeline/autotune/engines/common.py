@@ -107,12 +107,20 @@ def tree_blocker(engine: str, tree, schedule: list[Range], method: str, draft_mo
 
 
 def one_block_depth(
-    engine: str, version: Version, schedule: list[Range], tree, block_size: int | None, rules: dict[str, str]
+    engine: str,
+    version: Version,
+    schedule: list[Range],
+    tree,
+    block_size: int | None,
+    rules: dict[str, str],
+    block_drafting: str = "trained",
 ) -> tuple[int, tuple[str, ...]]:
     """(depth, notes) for a DFlash drafter on an engine that drafts a block of depth + 1 at one depth
     for every batch size. `rules`: `since`, the first release that serves DFlash, as `method` (older
     ones are refused); `no_schedule`, why the schedule's batch-size-1 depth is written at every batch
-    size; `block`, the setting that sizes the block (noted where it is not the trained one)."""
+    size; `block`, the setting that sizes the block. A block other than the trained one is noted when
+    the curve was measured on whole blocks (`block_drafting` "trained"); measured on blocks of depth
+    + 1 ("depth"), it is what the curve measured."""
     if not at_least(version, rules["since"]):
         raise EngineVersionError(
             f"{engine} {version} cannot serve a DFlash drafter ({rules['method']} arrived in {rules['since']}); "
@@ -124,10 +132,11 @@ def one_block_depth(
         schedule, fallback = batch1(schedule, engine, version, no_schedule, option="--engine")
         notes += fallback
     depth = schedule[0][2]
-    if depth + 1 != block_size:
+    if depth + 1 != block_size and block_drafting != "depth":
         trained = f"its trained block of {block_size}" if block_size else "its trained block (not known here)"
         notes += (
             f"{engine} {version}: the DFlash drafter drafts a block of {block} = {depth + 1} tokens for depth "
-            f"{depth}, not {trained}, which the curve was measured with; its acceptance may differ",
+            f"{depth}, not {trained}, which the curve was measured with; its acceptance may differ "
+            "(`block_drafting: depth` on the drafter measures and chooses it as this engine drafts)",
         )
     return depth, notes

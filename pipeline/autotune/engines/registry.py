@@ -41,14 +41,17 @@ Releases (`autotune --engine-version`; the default is the newest read: vLLM 0.33
   `Draft_Target` for draft models.
 - transformers 4.48 - 5.24: none (assisted generation decodes one sequence): the batch-size-1
   depth; EAGLE heads are refused.
-DFlash block drafters (`method dflash`): vLLM from 0.20.0, SGLang from 0.5.11 (`DFLASH`),
-TensorRT-LLM from 1.3.0rc14 (`DFlash`), never transformers; the last two inferred from dates. The
-drafter fills one block [last token, mask x N] a step: vLLM from 0.32.0 drafts the trained block
+DFlash block drafters (`method dflash`): vLLM from 0.20.0 and SGLang from 0.5.11 (`DFLASH`; both
+read from the released packages: 0.19.1 and 0.5.10.post1 have none), TensorRT-LLM from 1.3.0rc14
+(`DFlash`; its pull request merged between rc11 and rc14, and rc13 could not be read, so rc14 is
+the earliest release claimed), never transformers. The drafter fills one block
+[last token, mask x N] a step: vLLM from 0.32.0 drafts the trained block
 (num_speculative_tokens = block_size - 1) and verifies the depth chosen per batch size; every
-other release and engine drafts a block of K + 1 for a depth K (a note says the acceptance may
-differ from the curve's, measured on whole blocks) at one depth for every batch size where it
-cannot read a schedule for DFlash (vLLM before 0.24 and 0.25-0.31, SGLang, TensorRT-LLM). A
-depth past the block is refused.
+other release and engine drafts a block of K + 1 for a depth K at one depth for every batch size
+where it cannot read a schedule for DFlash (vLLM before 0.24 and 0.25-0.31, SGLang,
+TensorRT-LLM). A drafter spec's `block_drafting` says which of the two the curve, costs and
+validation drafted (`trained` by default, `depth` for blocks of K + 1); where the engine drafts the
+other way a note says its acceptance may differ. A depth past the block is refused.
 A release newer than the newest one read is written as for that one, with a note. For a curve
 measured at temperature above 0, a release or engine that cannot be told to draw drafts the
 way the curve did (vLLM before 0.22, SGLang, TensorRT-LLM; transformers for greedy drafts)
@@ -135,6 +138,7 @@ def emit(
     draft_sampling: str | None = None,
     tree=None,
     block_size: int | None = None,
+    block_drafting: str = "trained",
 ) -> Emitted:
     """The engine's config for `schedule` at `version` (default: the engine's current release);
     files it names are to be written to `config_dir`. `draft_sampling`: at temperature > 0, how
@@ -142,7 +146,8 @@ def emit(
     draft tree (pipeline/core/trees.py) to run instead of the chain; a release that cannot run it as
     chosen gets the chain, with a note saying why. `block_size`: a DFlash drafter's trained block, from
     its folder (None where it is not on this machine: the engines that size the block by the depth
-    then say so)."""
+    then say so). `block_drafting`: how the DFlash curve drafted a depth below that block ("trained":
+    the whole block; "depth": a block of depth + 1); an engine that drafts otherwise says so."""
     module = MODULES[engine]
     v = check_version(engine, version)
     if method not in WRITTEN:
@@ -166,6 +171,7 @@ def emit(
         draft_sampling=draft_sampling,
         tree=tree,
         block_size=block_size,
+        block_drafting=block_drafting,
     )
     if tree is not None and not out.tree_written and max(k for _, _, k in schedule) == 0:
         # the chain written instead of the tree drafts nothing: the engine's answer is no drafter at all

@@ -31,13 +31,14 @@ As read in the released wheels 0.5.5 to 0.5.23 (`sglang/srt/server_args.py`, fro
   num_draft_tokens - 1 of all of them are verified. SGLang picks those nodes itself, so the flags
   bound the tree (its depth, branching and size) rather than fix it; at most
   topk + (steps - 1) * topk^2 nodes can be picked. Adaptive mode is switched off with top-k > 1.
-- DFlash drafters (`--speculative-algorithm DFLASH`, from 0.5.11: pull request 22077, merged
-  after 0.5.10; inferred from its dates): `--speculative-num-draft-tokens` is the block the
+- DFlash drafters (`--speculative-algorithm DFLASH`, from 0.5.11, pull request 22077: read from the
+  released packages, 0.5.10.post1 has no DFLASH): `--speculative-num-draft-tokens` is the block the
   drafter fills and the target verifies, [last token, mask x K], so K + 1 for a depth of K; the
   steps and top-k are forced to 1. A block other than the drafter's trained `block_size` only
   logs a warning (`dflash_worker.py`), so a depth below block_size - 1 drafts a shorter block than
-  the curve was measured with (noted). Adaptive mode is switched off for DFLASH with a warning
-  (`adaptive_unsupported_reason`): one depth at every batch size.
+  the trained one (noted unless the curve was measured so, `block_drafting: depth`). Adaptive mode
+  is switched off for DFLASH with a warning (`adaptive_unsupported_reason`): one depth at every
+  batch size.
 """
 
 from __future__ import annotations
@@ -85,12 +86,13 @@ def emit(
     draft_sampling: str | None = None,
     tree=None,
     block_size: int | None = None,
+    block_drafting: str = "trained",
 ) -> Emitted:
     """Flags, and with a depth per batch size the adaptive file they name in `config_dir`; with a
     `tree`, the steps, top-k and draft tokens that bound it. `block_size`: a DFlash drafter's
     trained block (None: not known here)."""
     if method == "dflash":
-        return _emit_dflash(schedule, model, version, draft_sampling, tree, block_size)
+        return _emit_dflash(schedule, model, version, draft_sampling, tree, block_size, block_drafting)
     algorithm = "EAGLE3" if method == "eagle3" else "STANDALONE"
     notes = tree_notes = ()
     if tree:
@@ -195,9 +197,15 @@ DFLASH_RULES = {  # how the server runs a DFlash drafter (common.one_block_depth
 
 
 def _emit_dflash(
-    schedule: list[Range], model: str, version: Version, draft_sampling: str | None, tree, block_size: int | None
+    schedule: list[Range],
+    model: str,
+    version: Version,
+    draft_sampling: str | None,
+    tree,
+    block_size: int | None,
+    block_drafting: str,
 ) -> Emitted:
-    depth, notes = one_block_depth(NAME, version, schedule, tree, block_size, DFLASH_RULES)
+    depth, notes = one_block_depth(NAME, version, schedule, tree, block_size, DFLASH_RULES, block_drafting)
     flags = [
         "--speculative-algorithm",
         "DFLASH",

@@ -31,9 +31,10 @@ def emit(
     draft_sampling: str | None = None,
     tree=None,
     block_size: int | None = None,
+    block_drafting: str = "trained",
 ) -> Emitted:
-    """(`config_dir`: where files would go; this engine's config is all in its text. `block_size`: a
-    DFlash drafter's, which this engine does not serve.)"""
+    """(`config_dir`: where files would go; this engine's config is all in its text. `block_size` and
+    `block_drafting`: a DFlash drafter's, which this engine does not serve.)"""
     if method != "draft_model":
         raise EngineVersionError(
             f"transformers: HF assisted generation drafts with a standalone draft model; "

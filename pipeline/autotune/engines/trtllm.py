@@ -26,12 +26,14 @@ marked "inferred" come from merge and release dates, not from tags:
   inferred), deprecated in 1.3 and gone from 1.4.0rc0 (PR #18210, inferred), where the one-model
   path drafts a dynamic tree instead (`use_dynamic_tree`, `dynamic_tree_max_topK` > 0,
   `max_total_draft_tokens` between `max_draft_len` and top-k x `max_draft_len`; PR #13081).
-- DFlash drafters: `decoding_type: DFlash` (`DFlashDecodingConfig`, PR #12794, merged late April
-  2026: from 1.3.0rc14, inferred). `mask_token_id` and `target_layer_ids` left unset are read from
-  the checkpoint's `dflash_config`. The worker (`_torch/speculative/dflash.py`) drafts a block of
-  `max_draft_len` + 1 and stops at start-up when that exceeds the checkpoint's `block_size`, so a
-  depth below block_size - 1 drafts a shorter block than the drafter was trained on (noted). Its
-  `draft_len_schedule` support for DFlash is in main after the releases read: one depth. No trees.
+- DFlash drafters: `decoding_type: DFlash` (`DFlashDecodingConfig`, PR #12794, merged between
+  1.3.0rc11 and rc14; rc13's contents could not be read, so rc14 is the earliest release claimed).
+  `mask_token_id` and `target_layer_ids` left unset are read from the checkpoint's `dflash_config`.
+  The worker (`_torch/speculative/dflash.py`) drafts a block of `max_draft_len` + 1 and stops at
+  start-up when that exceeds the checkpoint's `block_size`, so a depth below block_size - 1 drafts
+  a shorter block than the drafter was trained on (noted unless the curve was measured so,
+  `block_drafting: depth`). Its `draft_len_schedule` support for DFlash (PR #12262) is in main after
+  the releases read: one depth. No trees.
 """
 
 from __future__ import annotations
@@ -72,12 +74,13 @@ def emit(
     draft_sampling: str | None = None,
     tree=None,
     block_size: int | None = None,
+    block_drafting: str = "trained",
 ) -> Emitted:
     """(`config_dir`: where files would go; this engine's config is all in its text.) `tree`: a
     static tree before 1.4, the dynamic-tree limits that bound it from 1.4. `block_size`: a DFlash
     drafter's trained block (None: not known here)."""
     if method == "dflash":
-        return _emit_dflash(schedule, model, version, draft_sampling, tree, block_size)
+        return _emit_dflash(schedule, model, version, draft_sampling, tree, block_size, block_drafting)
     new = at_least(version, EAGLE3_TYPE)
     decoding_type = "Draft_Target" if method == "draft_model" else ("Eagle3" if new else "Eagle")
     notes = tree_notes = ()
@@ -173,9 +176,15 @@ DFLASH_RULES = {  # how the worker runs a DFlash drafter (common.one_block_depth
 
 
 def _emit_dflash(
-    schedule: list[Range], model: str, version: Version, draft_sampling: str | None, tree, block_size: int | None
+    schedule: list[Range],
+    model: str,
+    version: Version,
+    draft_sampling: str | None,
+    tree,
+    block_size: int | None,
+    block_drafting: str,
 ) -> Emitted:
-    depth, notes = one_block_depth(NAME, version, schedule, tree, block_size, DFLASH_RULES)
+    depth, notes = one_block_depth(NAME, version, schedule, tree, block_size, DFLASH_RULES, block_drafting)
     spec = {"decoding_type": "DFlash", "max_draft_len": depth, "speculative_model": model}
     notes += unset_sampling(NAME, draft_sampling)
     return Emitted(text=yaml.safe_dump({"speculative_config": spec}, sort_keys=False), notes=notes)

@@ -43,6 +43,8 @@ released wheels 0.10.2 to 0.33.0:
   `num_speculative_tokens` = the drafter's trained block size - 1 with a range per batch size
   (one for a constant depth) drafts whole blocks, as the drafter was trained and measured, and
   verifies the chosen K; before, the block is the K verified, shorter than the trained one (noted).
+  A drafter measured on blocks of K + 1 (`block_drafting: depth`) gets num_speculative_tokens = the
+  deepest K instead: its block at one depth is the measured one (ranges of a smaller K noted).
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ def emit(
     draft_sampling: str | None = None,
     tree=None,
     block_size: int | None = None,
+    block_drafting: str = "trained",
 ) -> Emitted:
     """(`config_dir`: where files would go; this engine's config is all in its text.) `tree`: the
     draft tree to run instead of the chain, where this release can run it as chosen. `block_size`:
@@ -154,13 +157,19 @@ def emit(
         schedule, notes = batch1(schedule, NAME, version, why)
     top = max(k for _, _, k in schedule)
     config = {"method": method, "model": model, "num_speculative_tokens": top}
-    whole_blocks = method == "dflash" and block_size is not None and at_least(version, EAGLE_READS_DEPTH)
-    if whole_blocks:  # the speculator drafts 1 + num_speculative_tokens, the runner verifies the range's K
+    # from 0.32 the speculator drafts 1 + num_speculative_tokens and the runner verifies the range's K:
+    # whole trained blocks where the curve measured them so; otherwise the deepest K's block
+    drafts_blocks = method == "dflash" and at_least(version, EAGLE_READS_DEPTH)
+    whole_blocks = drafts_blocks and block_size is not None and block_drafting == "trained"
+    if whole_blocks:
         config["num_speculative_tokens"] = block_size - 1
     if not constant(schedule) or whole_blocks:
         config["num_speculative_tokens_per_batch_size"] = [list(r) for r in schedule]
         notes += _range_costs(schedule, method, version)
-    if method == "dflash" and not whole_blocks and top + 1 != block_size:
+    if method == "dflash" and block_drafting == "depth":
+        if drafts_blocks and not constant(schedule):
+            notes += (_deepest_block(version, top, schedule),)
+    elif method == "dflash" and not whole_blocks and top + 1 != block_size:
         notes += (_short_block(version, block_size),)
     if draft_sampling is not None:
         if at_least(version, DRAFT_SAMPLE_METHOD):
@@ -184,6 +193,15 @@ def _short_block(version: Version, block_size: int | None) -> str:
         f"vllm {version}: the DFlash drafter drafts a block of K + 1 tokens for a depth of K here, not "
         f"{trained}, which the curve was measured with; its acceptance may differ"
         + ("" if at_least(version, EAGLE_READS_DEPTH) else f" (from {EAGLE_READS_DEPTH} it drafts whole blocks)")
+    )
+
+
+def _deepest_block(version: Version, top: int, schedule: list[Range]) -> str:
+    smaller = ", ".join(f"{lo}-{hi}: k={k}" for lo, hi, k in schedule if k < top)
+    return (
+        f"vllm {version}: the DFlash drafter drafts a block of {top + 1} at every batch size and verifies each "
+        f"range's K; the curve drafted blocks of K + 1 (block_drafting: depth), so the ranges with a smaller K "
+        f"({smaller}) may accept otherwise than predicted"
     )
 
 

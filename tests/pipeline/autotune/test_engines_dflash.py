@@ -58,6 +58,26 @@ def test_the_engine_verifies_the_chosen_depth_and_says_when_its_block_is_not_the
         assert whole
 
 
+@pytest.mark.parametrize("schedule", list(SCHEDULES.values()), ids=list(SCHEDULES))
+@pytest.mark.parametrize("engine_name,version", SERVING)
+def test_a_curve_measured_on_blocks_of_depth_plus_one_is_served_so_or_noted(
+    engine_name, version, schedule, drafter_folder
+):
+    """`block_drafting: depth`: the curve drafted a depth K from a block of K + 1. Wherever the engine
+    drafts that block at the depth it verifies, nothing is noted; vLLM 0.32+ drafts the deepest range's
+    block at every batch size, so a schedule whose depth falls is noted there, and nowhere else."""
+    out = emit(engine_name, schedule, model=drafter_folder, method="dflash", version=version, block_drafting="depth")
+    sizes = range(1, schedule[-1][1] + 1)
+    as_measured = all(
+        _block(engine_name, out.text, version, b) == _depth(engine_name, out.text, version, b) + 1 for b in sizes
+    )
+    noted = any("drafts a block of" in n for n in out.notes)
+    assert as_measured == (not noted), (out.text, out.notes)
+    falls = len({k for _, _, k in schedule}) > 1
+    runs_ranges = runs_schedule(engine_name, version, schedule, "dflash")
+    assert as_measured == (not (falls and runs_ranges and engine_name == "vllm" and V(version) >= V("0.32.0")))
+
+
 @pytest.mark.parametrize("engine_name,version", SERVING)
 def test_a_depth_past_the_trained_block_is_refused_naming_the_drafter(engine_name, version, drafter_folder):
     with pytest.raises(EngineVersionError, match="drafts at most 7 tokens, not 8") as info:

@@ -77,3 +77,26 @@ def test_the_schedule_ends_at_the_largest_profiled_batch_size_unless_told():
     assert Cost(batch_sizes=[1, 8, 32]).schedule_end == 32
     assert Cost(batch_sizes=[1, 8], max_batch_size=256).schedule_end == 256
     assert Cost().schedule_end == 1
+
+
+def test_the_choice_records_how_a_block_drafter_drafted_and_autotune_reads_it():
+    """The select job carries the DFlash rule into Selected and the row autotune reads (None elsewhere,
+    read as whole blocks)."""
+    from pipeline.autotune.choice_row import block_drafting_of, choice_row
+
+    curve = Curve(
+        condition="default",
+        temperature=0.0,
+        num_chains=10,
+        cond_accept=(0.8, 0.8),
+        survival=(0.8, 0.64),
+        accept_len=(1.0, 1.8, 2.44),
+    )
+    measured = c.Measured(curves=(c.MeasuredCurve(curve=curve, per_prompt=(), walks=()),))
+    inputs = {"curve": measured, "cost": c.Profiled(cost=_cost(0.02))}
+    for rule, read in (("depth", "depth"), ("trained", "trained"), (None, "trained")):
+        config = c.SelectDepthConfig(
+            seed=0, target="t", drafter="d", cost_ratio=None, max_batch_size=1, block_drafting=rule
+        )
+        selected = run(config, inputs, num_gpus=0, progress=None)
+        assert selected.block_drafting == rule and block_drafting_of(choice_row(selected)) == read

@@ -70,6 +70,8 @@ class HiddenChains:
     """Chains of a drafter that chains on its own hidden state, with the drift diagnostics of the
     same drafting passes."""
 
+    per_depth = False  # a chain of depth k is the first k drafts of the deepest chain
+
     def __init__(self, drafter, target, depth: int):
         self.drafter, self.target, self.depth = drafter, target, depth
         self.stats = DriftStats(depth)

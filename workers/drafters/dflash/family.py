@@ -28,7 +28,9 @@ class DFlashFamily:
         if trained is None:
             raise ValueError(f"drafter {spec.name}: a DFlash drafter is trained here; no checkpoint was given")
         param = next(target.parameters())
-        return load_dflash(folder_of(trained), target=target, device=param.device, dtype=param.dtype)
+        drafter = load_dflash(folder_of(trained), target=target, device=param.device, dtype=param.dtype)
+        drafter.block_drafting = spec.block_drafting  # how it is run: measured, timed and validated alike
+        return drafter
 
     def chains(self, drafter, target, depth: int) -> BlockChains:
         return BlockChains(drafter, target, depth)

@@ -16,7 +16,9 @@ only; they attend to every context key at positions < a and to the whole block (
 inside it). Layers are Qwen3-style: per-head RMSNorm on queries and keys, rotary positions at the
 absolute positions (context and block alike), pre-norm residual attention and SwiGLU MLP. Block
 position k >= 1 predicts the token AT a + k through the drafter's final norm and the target's own
-output head (frozen): one pass drafts block_size - 1 tokens.
+output head (frozen): one pass drafts block_size - 1 tokens. A shorter block, [x_a, MASK x k]
+(`size` = k + 1 <= block_size), is what most engines draft for a depth k below the trained block
+(`evaluation.dflash_block: depth`): the same layers over fewer mask positions.
 
 `forward_blocks` runs many blocks of one sequence at once (training on random anchors, measuring
 every chain of a text); `extend_context` + `draft_block` run decoding with a cache of the context's
@@ -123,10 +125,23 @@ class DFlashDrafter(nn.Module):
         self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False)  # the target's, frozen
         self.lm_head.weight.requires_grad_(False)
         self.rope_freqs = inv_freq(cfg.dim_per_head, cfg.rope_theta, cfg.rope_scaling)
+        # how a depth below the trained block is drafted: "trained" (the whole block, its first k drafts)
+        # or "depth" (a block of k + 1). How it is run, not a weight: the spec's `block_drafting`, set
+        # when the family loads it (workers/drafters/dflash/family.py); never saved.
+        self.block_drafting = "trained"
 
     @property
     def dtype(self) -> torch.dtype:
         return self.fc.weight.dtype
+
+    def block_for(self, depth: int) -> int | None:
+        """The block size that drafts `depth` tokens as this drafter is run (None: the trained block)."""
+        if depth > self.drafts_per_block:
+            raise ValueError(
+                f"a DFlash drafter of block_size {self.cfg.block_size} drafts at most {self.drafts_per_block} "
+                f"tokens, not {depth}"
+            )
+        return depth + 1 if self.block_drafting == "depth" else None
 
     @property
     def drafts_per_block(self) -> int:
@@ -139,12 +154,21 @@ class DFlashDrafter(nn.Module):
         """The target's captured states [B, T, d] each -> the context c [B, T, d]."""
         return self.hidden_norm(self.fc(torch.cat([s.to(self.dtype) for s in streams], dim=-1)))
 
-    def _embed_block(self, first: torch.Tensor) -> torch.Tensor:
-        """first: [B, J] each block's first token -> [B, J * block_size, d] (the rest masked)."""
+    def block_len(self, size: int | None) -> int:
+        """The positions of a block: the trained block_size (None), or `size` (2..block_size)."""
+        if size is None:
+            return self.cfg.block_size
+        if not 2 <= size <= self.cfg.block_size:
+            raise ValueError(f"a DFlash block of {size} positions: it takes 2 to block_size {self.cfg.block_size}")
+        return size
+
+    def _embed_block(self, first: torch.Tensor, size: int | None = None) -> torch.Tensor:
+        """first: [B, J] each block's first token -> [B, J * size, d] (the rest masked)."""
         B, J = first.shape
-        ids = first.new_full((B, J, self.cfg.block_size), self.cfg.mask_token_id)
+        size = self.block_len(size)
+        ids = first.new_full((B, J, size), self.cfg.mask_token_id)
         ids[:, :, 0] = first
-        return self.embed(ids).to(self.dtype).reshape(B, J * self.cfg.block_size, -1)
+        return self.embed(ids).to(self.dtype).reshape(B, J * size, -1)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.final_norm(x))
@@ -155,15 +179,18 @@ class DFlashDrafter(nn.Module):
         return self.rope_freqs
 
     # ---- many blocks of one text at once ----------------------------------------------------
-    def forward_blocks(self, first: torch.Tensor, anchors: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
+    def forward_blocks(
+        self, first: torch.Tensor, anchors: torch.Tensor, ctx: torch.Tensor, size: int | None = None
+    ) -> torch.Tensor:
         """Blocks at `anchors` [J] (shared by the batch's rows), each seeing the context before it.
 
         first: [B, J] the token at each anchor; ctx: [B, T, d] the context (`context`) at positions
-        0..T-1. Returns logits [B, J, block_size, V]: position k of block j predicts the token at
-        anchors[j] + k (k = 0 reads the known token; its logits are not a draft).
+        0..T-1; size: the block's positions (None: block_size). Returns logits [B, J, size, V]:
+        position k of block j predicts the token at anchors[j] + k (k = 0 reads the known token; its
+        logits are not a draft).
         """
         B, J = first.shape
-        S, T, device = self.cfg.block_size, ctx.shape[1], ctx.device
+        S, T, device = self.block_len(size), ctx.shape[1], ctx.device
         offsets = torch.arange(S, device=device)
         pos = (anchors[:, None] + offsets[None, :]).reshape(-1)  # [J * S]
         block_of = torch.arange(J, device=device).repeat_interleave(S)  # [J * S]
@@ -172,7 +199,7 @@ class DFlashDrafter(nn.Module):
         mask = torch.cat([sees_ctx, sees_block], dim=1)
         freqs = self._freqs(device)
         ctx_pos = torch.arange(T, device=device)
-        x = self._embed_block(first)
+        x = self._embed_block(first, S)
         for layer in self.layers:
             k, v = layer.kv(ctx, ctx_pos, freqs)
             x = layer(x, pos, k, v, mask, freqs)
@@ -192,12 +219,14 @@ class DFlashDrafter(nn.Module):
             out.append((k, v))
         return out
 
-    def draft_block(self, cache, first: torch.Tensor, anchor: int) -> torch.Tensor:
+    def draft_block(self, cache, first: torch.Tensor, anchor: int, size: int | None = None) -> torch.Tensor:
         """One block at `anchor` over the cached context (positions < anchor). first: [B] the token at
-        the anchor. Returns logits [B, block_size, V] (position k predicts the token at anchor + k)."""
+        the anchor; size: the block's positions (None: block_size). Returns logits [B, size, V]
+        (position k predicts the token at anchor + k)."""
         freqs = self._freqs(first.device)
-        pos = torch.arange(anchor, anchor + self.cfg.block_size, device=first.device)
-        x = self._embed_block(first[:, None])
+        S = self.block_len(size)
+        pos = torch.arange(anchor, anchor + S, device=first.device)
+        x = self._embed_block(first[:, None], S)
         for (k, v), layer in zip(cache, self.layers):
             x = layer(x, pos, k, v, None, freqs)  # every query sees the whole context and block
         return self._logits(x)

@@ -23,14 +23,11 @@ class BlockProposer:
 
     def propose(self, depth: int, temperature: float, gen):
         """The block's positions 1..depth (depth <= block_size - 1), each drawn from its own q (one
-        pass: no draft conditions another)."""
-        if depth > self.drafter.drafts_per_block:
-            raise ValueError(
-                f"a DFlash drafter of block_size {self.drafter.cfg.block_size} drafts at most "
-                f"{self.drafter.drafts_per_block} tokens, not {depth}"
-            )
+        pass: no draft conditions another). The block is the trained one, or depth + 1 long when the
+        drafter is run so (`block_drafting: depth`)."""
+        size = self.drafter.block_for(depth)
         first = torch.tensor([self.newest], device=self.cache[0][0].device)
-        logits = self.drafter.draft_block(self.cache, first, self.anchor)[0, 1 : 1 + depth].float()  # [k, V]
+        logits = self.drafter.draft_block(self.cache, first, self.anchor, size)[0, 1 : 1 + depth].float()  # [k, V]
         drafts = [int(sample(row, temperature, gen)) for row in logits]
         qs = torch.softmax(logits / temperature, dim=-1) if temperature > 0 else None
         return drafts, qs

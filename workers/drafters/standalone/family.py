@@ -20,6 +20,8 @@ from workers.models.loading import load_model
 class ModelChains:
     """Chains of a standalone draft model; it has no drift diagnostics (no hidden-state chaining)."""
 
+    per_depth = False  # a chain of depth k is the first k drafts of the deepest chain
+
     def __init__(self, model, depth: int):
         self.model, self.depth = model, depth
 

@@ -3,6 +3,8 @@ equal to what the engine drafts, costs with one drafter pass a round, and the sp
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -28,13 +30,21 @@ def _prompt(tokenizer, text="def parse(self, line):\n    "):
     return torch.tensor([[tokenizer.bos_token_id] + tokenizer(text, add_special_tokens=False)["input_ids"]])
 
 
-def test_greedy_decoding_with_a_block_drafter_is_the_targets_own(tiny_target, tiny_dflash):
+def _run_as(drafter, block_drafting: str):
+    """A copy of the shared drafter run with `block_drafting` (as the family's load sets it from the spec)."""
+    drafter = copy.deepcopy(drafter)
+    drafter.block_drafting = block_drafting
+    return drafter
+
+
+@pytest.mark.parametrize("block_drafting", ["trained", "depth"])
+def test_greedy_decoding_with_a_block_drafter_is_the_targets_own(tiny_target, tiny_dflash, block_drafting):
     target, tokenizer, _ = tiny_target
-    drafter, _ = tiny_dflash
+    drafter = _run_as(tiny_dflash[0], block_drafting)
     for text in ("def parse(self, line):\n    ", "import os\nclass Reader:\n"):
         prompt = _prompt(tokenizer, text)
         reference = continue_text(target, prompt, 30, 0.0, None)[0, prompt.shape[1] :].tolist()
-        for depth in (1, 4):
+        for depth in (1, 2, 4):
             out, accepted = generate(
                 target, family_of("dflash").proposer(drafter), prompt, max_new=30, depth=depth, temperature=0.0
             )
@@ -45,20 +55,71 @@ def test_greedy_decoding_with_a_block_drafter_is_the_targets_own(tiny_target, ti
 
 
 @torch.no_grad()
-def test_the_curves_chains_are_what_the_engine_drafts(tiny_target, tiny_dflash):
+@pytest.mark.parametrize("block_drafting", ["trained", "depth"])
+def test_the_curves_chains_are_what_the_engine_drafts(tiny_target, tiny_dflash, block_drafting):
+    """At every depth the measured chains' drafts and q are the engine proposer's: the first k of the
+    trained block, or (`depth`) a block of k + 1 of their own, whose q differs from the first k."""
     from workers.models.features import target_pass
 
     target, tokenizer, _ = tiny_target
-    drafter, _ = tiny_dflash
+    drafter = _run_as(tiny_dflash[0], block_drafting)
     prompt = _prompt(tokenizer)
     seq = continue_text(target, prompt, 12, 0.0, None)
     starts = list(range(3, seq.shape[1] - 6))
-    drafts, _ = family_of("dflash").chains(drafter, target, 4).draft(seq, starts, 0.0, None, None)
+    chains = family_of("dflash").chains(drafter, target, 4)
+    drafts, deepest = chains.draft(seq, starts, 0.0, None, None)
     streams, _ = target_pass(target, seq, drafter.cfg.capture_layers)
+    for k in (1, 2, 3):
+        _, logits = chains.draft_depth(k, 0.0, None)
+        assert torch.allclose(logits, deepest[:, :k]) == (block_drafting == "trained"), k
+        for n, c in enumerate(starts):
+            proposer = family_of("dflash").proposer(drafter)
+            proposer.start(seq[0, : c + 2].tolist(), [s[:, : c + 1] for s in streams])
+            _, q = proposer.propose(k, 1.0, torch.Generator().manual_seed(0))
+            torch.testing.assert_close(q, torch.softmax(logits[n], dim=-1), atol=1e-5, rtol=1e-4)
     for n, c in enumerate(starts):
         proposer = family_of("dflash").proposer(drafter)
         proposer.start(seq[0, : c + 2].tolist(), [s[:, : c + 1] for s in streams])
         assert proposer.propose(4, 0.0, None)[0] == drafts[n].tolist(), c
+
+
+@pytest.mark.parametrize("block_drafting", ["trained", "depth"])
+def test_the_decode_walk_of_each_depth_is_what_the_engine_does(tiny_target, tiny_dflash, block_drafting, monkeypatch):
+    """At temperature 0 the curve's walk at every depth is the engine's passes at that depth, whether the
+    drafter fills its trained block (a depth's chains are the deepest ones' first drafts) or drafts a
+    block of depth + 1 (each depth's chains drafted and verified on their own)."""
+    from workers.data.prompts import build_prompts
+    from workers.drafters.dflash.chains import BlockChains
+
+    target, tokenizer, _ = tiny_target
+    drafter = _run_as(tiny_dflash[0], block_drafting)
+    drafted, draft_depth = [], BlockChains.draft_depth
+    monkeypatch.setattr(BlockChains, "draft_depth", lambda self, k, *a: drafted.append(k) or draft_depth(self, k, *a))
+    ((curve, _, _, walks, _),) = measure_curves(
+        target=target, drafter=drafter, family=family_of("dflash"), tokenizer=tokenizer, evaluation=EVAL, seed=0
+    )
+    prompts = build_prompts(
+        tokenizer,
+        corpus=EVAL.corpus,
+        condition="default",
+        num_prompts=EVAL.num_prompts,
+        prompt_len=EVAL.prompt_len,
+        long_context_len=EVAL.long_context_len,
+        seed=0,
+    )
+    for prompt, walk in zip(prompts, walks):
+        for k in range(EVAL.max_depth + 1):
+            _, engine = generate(
+                target,
+                family_of("dflash").proposer(drafter),
+                prompt[None],
+                max_new=EVAL.continuation_len + 1,
+                depth=k,
+                temperature=0.0,
+            )
+            assert list(walk[k]) == [sum(engine) + len(engine), len(engine)], k
+    # each smaller depth's chains were drafted on their own, for every prompt, only when run so
+    assert drafted == ([1, 2, 3] * EVAL.num_prompts if block_drafting == "depth" else [])
 
 
 def test_the_curve_of_a_block_drafter(tiny_target, tiny_dflash):

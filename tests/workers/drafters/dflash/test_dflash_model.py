@@ -52,6 +52,31 @@ def test_one_pass_over_many_blocks_equals_decoding_with_a_context_cache():
 
 
 @torch.no_grad()
+def test_a_shorter_block_is_the_same_layers_over_fewer_masks():
+    """[x_a, MASK x k] as engines draft a depth k below the trained block: batched equals cached, a
+    block of every size differs from the trained block's first positions (the masks it no longer
+    sees), and a size past the block or below 2 is refused."""
+    target, drafter = _drafter()
+    ids, streams = _text(target, drafter)
+    ctx = drafter.context(streams)
+    anchors = torch.tensor([4, 9])
+    whole = drafter.forward_blocks(ids[:, anchors], anchors, ctx)[0]  # [J, S, V]
+    S = drafter.cfg.block_size
+    for size in range(2, S):
+        short = drafter.forward_blocks(ids[:, anchors], anchors, ctx, size)[0]
+        assert short.shape[1] == size
+        assert not torch.allclose(short, whole[:, :size], atol=1e-4)
+        for j, a in enumerate(anchors.tolist()):
+            cache = drafter.extend_context(None, ctx[:, :a], 0)
+            alone = drafter.draft_block(cache, ids[:, a], a, size)[0]
+            torch.testing.assert_close(short[j], alone, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(drafter.forward_blocks(ids[:, anchors], anchors, ctx, S)[0], whole)
+    for bad in (1, S + 1):
+        with pytest.raises(ValueError, match="2 to block_size"):
+            drafter.forward_blocks(ids[:, anchors], anchors, ctx, bad)
+
+
+@torch.no_grad()
 def test_a_block_sees_the_context_before_its_anchor_and_no_other_block():
     target, drafter = _drafter()
     ids, streams = _text(target, drafter)
