@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from transformers import LlamaConfig, LlamaForCausalLM
 
+from tests.workers.decoding.test_chain import _tiny_llama
 from workers.drafters.chain.proposer import ChainProposer
 from workers.drafters.eagle3.model import drafter_from_target
 from workers.drafters.eagle3.train import drafter_config_for
@@ -19,18 +19,7 @@ V = 40
 
 
 def _pairing(seed: int = 0):
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=V,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        max_position_embeddings=128,
-        initializer_range=0.3,
-        tie_word_embeddings=False,
-    )
-    target = LlamaForCausalLM(cfg).eval()
+    target = _tiny_llama(seed, vocab=V)
     drafter = drafter_from_target(target, drafter_config_for(target, norm="post", fc_norm=True, fusion="tri")).eval()
     return target, drafter
 
