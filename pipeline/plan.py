@@ -101,12 +101,20 @@ def build_plan(
         pair, t, d = f"{target.name}/{drafter.name}", target.name, drafter.name
         evaluation = spec.evaluation_for(drafter)
         inputs = dict(deps)
+        data = _training_data(add, spec, ref, drafter, deps) if drafter.trained_here else {}
         if drafter.trained_here:
             inputs["drafter"] = add(
-                "train_drafter",
-                f"train_drafter {pair}",
-                {"target": ref, "drafter": drafter},
-                {**deps, **_training_data(add, spec, ref, drafter, deps)},
+                "train_drafter", f"train_drafter {pair}", {"target": ref, "drafter": drafter}, {**deps, **data}, t, d
+            )
+        stage = getattr(drafter, "distill", None)  # an EAGLE-3 drafter's stage after its own training
+        if stage is not None:
+            questions = spec.training_data.model_dump(include={"max_prompt_tokens", "prompts"})
+            imitation = data if stage.method == "imitation" else {}  # the control trains on the drafter's own text
+            inputs["drafter"] = add(
+                "distill_drafter",
+                f"distill_drafter {pair}",
+                {"target": ref, "drafter": drafter, **questions},
+                {**inputs, **imitation},
                 t,
                 d,
             )

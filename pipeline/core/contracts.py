@@ -15,7 +15,15 @@ from pydantic import model_validator
 from pipeline.core.contract_base import Contract
 from pipeline.core.files import Files
 from pipeline.core.model_settings import BuiltinTarget, DrafterSpec
-from pipeline.core.settings import CostTiming, Evaluation, Serving, TimedPrompts, TrainingData, Validation
+from pipeline.core.settings import (
+    CostTiming,
+    Evaluation,
+    PromptsFile,
+    Serving,
+    TimedPrompts,
+    TrainingData,
+    Validation,
+)
 from pipeline.core.tree_contracts import TreeChoice
 from pipeline.core.types import CostProfile, Curve, DepthChoice
 
@@ -87,8 +95,20 @@ class TrainDrafterConfig(JobConfig):
     target: TargetRef
     drafter: DrafterSpec
     device: str
-    # how a DFlash drafter is run (block_drafting) does not change how it is trained
-    unhashed: ClassVar[dict] = {"target": {"name"}, "drafter": {"name", "block_drafting"}}
+    # how a DFlash drafter is run (block_drafting) and a later stage (distill) do not change this training
+    unhashed: ClassVar[dict] = {"target": {"name"}, "drafter": {"name", "block_drafting", "distill"}}
+
+
+class DistillDrafterConfig(JobConfig):
+    """The stage after a drafter's own training (its spec's `distill`), from its trained checkpoint
+    (the train_drafter job's, or the spec's `path`); rollouts draw the target's training questions."""
+
+    target: TargetRef
+    drafter: DrafterSpec
+    max_prompt_tokens: int  # training_data's: questions longer than this are not rolled out
+    prompts: PromptsFile | None = None  # training_data's prompts file, None: the built-in questions
+    device: str
+    unhashed: ClassVar[dict] = {"target": {"name"}, "drafter": {"name"}, "prompts": {"path"}}
 
 
 class MeasureCurveConfig(JobConfig):

@@ -18,6 +18,8 @@ select_depth in pipeline/core/select.py, and is recorded by pipeline/run/record.
 - target_features (target, data) -> Dataset: the target's states at the captured layers and
   its last one;
 - train_drafter (target, data, features) -> Trained, with its drafter family;
+- distill_drafter (target, drafter, data, features) -> Trained: the spec's `distill` stage (Draft-OPD
+  or a control) on the trained drafter, which every later job of the pairing then uses;
 - measure_curve (target, drafter) -> Measured: curves, per-prompt data, drift diagnostics;
 - profile_cost (target, drafter) -> Profiled: a CostProfile;
 - select_depth (curve, cost) -> Selected: the choice, its cost model, the schedule;
@@ -122,6 +124,16 @@ KINDS: dict[str, JobKind] = {
             (*_DISPATCH, "workers.jobs.train_drafter"),
             "device",
             _trainer_module,
+        ),
+        JobKind(
+            "distill_drafter",
+            c.DistillDrafterConfig,
+            c.Trained,
+            {"target": c.Trained, "drafter": c.Trained, "data": c.Dataset, "features": c.Dataset},
+            "workers.jobs.distill_drafter:run",
+            "pipeline.run.record:record_trained",
+            (*_DISPATCH, "workers.jobs.distill_drafter"),
+            "device",
         ),
         JobKind(
             "measure_curve",

@@ -121,6 +121,34 @@ class TrainDrafter(Strict):
         return self
 
 
+class Distill(Strict):
+    """A training stage after the drafter's own: on-policy distillation (Draft-OPD, Lei et al. 2026)
+    from rollouts of real speculative decoding with the drafter, its random-anchor ablation, or the
+    imitation loss continued for the same optimizer steps (the control). Each of `rounds` rolls out
+    `prompts` training questions `max_new_tokens` deep at `depth` and `temperature`, then takes
+    `steps_per_round` optimizer steps of `batch_size` rollouts (AdamW, warmup-cosine to `lr` over all
+    the stage's steps). Loss weights as workers/drafters/opd/replay.py says; defaults are the official
+    code's public recipe (decay 0.8, both streams weighted 1, lr 3e-4)."""
+
+    method: Literal["opd", "opd_random_anchor", "imitation"] = "opd"
+    rounds: int = Count(2, le=64)
+    prompts: int = Count(32, le=4096)
+    max_new_tokens: int = Count(64, le=MAX_TOKENS)
+    depth: int = Count(4, le=16, description="the rollouts' chain depth")
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    steps_per_round: int = Count(20, le=MAX_STEPS)
+    batch_size: int = Count(4, le=MAX_BATCH)
+    lr: float = Field(3e-4, gt=0, le=10)
+    decay: float = Field(0.8, gt=0, le=1, description="the rejected stream's weight decay^s at chain step s")
+    accepted_weight: float = Field(1.0, ge=0, le=100)
+    rejected_weight: float = Field(1.0, ge=0, le=100)
+
+    @property
+    def steps(self) -> int:
+        """The stage's optimizer steps, whatever its method."""
+        return self.rounds * self.steps_per_round
+
+
 class Eagle3DrafterSpec(Strict):
     name: str = NAME
     kind: Literal["eagle3"] = "eagle3"
@@ -140,6 +168,9 @@ class Eagle3DrafterSpec(Strict):
         max_length=MAX_PATH,
         description="an EAGLE-3 checkpoint trained elsewhere (a folder or hub id, in "
         "the EAGLE, SpecForge or speculators layout), measured as it is",
+    )
+    distill: Distill | None = Field(
+        None, description="a training stage after `train` (or on the `path` checkpoint): a distill_drafter job"
     )
 
     @model_validator(mode="after")
@@ -162,6 +193,15 @@ class Eagle3DrafterSpec(Strict):
             raise ValueError(f"path: the checkpoint sets its own variant and weights; drop {', '.join(given)}")
         if looks_like_path(self.path) and not _is_file(Path(self.path).expanduser() / "config.json", "path"):
             raise ValueError(f"path: no EAGLE-3 checkpoint at local path {self.path} (config.json not found)")
+        return self
+
+    @model_validator(mode="after")
+    def _imitation_continues_a_training_here(self):
+        if self.path is not None and self.distill is not None and self.distill.method == "imitation":
+            raise ValueError(
+                "distill.method: imitation continues the drafter's own training, which a checkpoint from "
+                "`path` did not have here; use opd or opd_random_anchor, or train the drafter here"
+            )
         return self
 
     @property

@@ -131,6 +131,7 @@ def test_every_job_carries_its_kinds_typed_config(tmp_path):
 
     data = modified(["validation"], {"num_prompts": 4})
     data["drafters"][1]["train"]["corpus"] = "regenerated"
+    data["drafters"][1]["distill"] = {"method": "imitation", "rounds": 1}
     data["serving"] = {"python": fake_vllm_python(tmp_path)}
     plan = plan_of(data)
     engine_timed = plan_of({**data, "cost": {**data.get("cost", {}), "timed_by": "vllm"}})
@@ -308,3 +309,43 @@ def test_a_block_drafter_run_on_blocks_of_its_depth_shares_the_training_and_is_m
     assert {j.config.block_drafting for j in plan_of(BASE).jobs if j.kind == "select_depth"} == {None}
     with pytest.raises(SpecError, match=r"drafters\[0\].block_drafting: unknown key"):
         plan_of(modified(["drafters", 0, "block_drafting"], "depth"))
+
+
+def test_a_distillation_stage_reuses_the_drafters_training_and_feeds_every_later_job():
+    """Three stages on one imitation-trained drafter (Draft-OPD, its ablation, imitation continued):
+    one train_drafter job, three distill_drafter jobs on its checkpoint, and each pairing's curve,
+    cost and validation read its own stage's drafter; only the imitation control reads the training text."""
+    base = {"name": "post", "kind": "eagle3", "norm": "post", "train": {"corpus": "regenerated", "ttt_depth": 2}}
+    data = modified(["drafters"], [base])
+    for method in ("opd", "opd_random_anchor", "imitation"):
+        data["drafters"].append({**base, "name": method, "distill": {"method": method, "rounds": 1}})
+    data["validation"] = {"num_prompts": 2}
+    plan = plan_of(data)
+    by = {(j.kind, j.drafter): j for j in plan.jobs}
+    assert [j.kind for j in plan.jobs].count("train_drafter") == 1
+    trained = next(j.hash for j in plan.jobs if j.kind == "train_drafter")
+    for method in ("opd", "opd_random_anchor", "imitation"):
+        stage = by["distill_drafter", method]
+        deps = dict(stage.deps)
+        assert deps["drafter"] == trained and stage.config.drafter.distill.method == method
+        assert ("data" in deps) == (method == "imitation")
+        for kind in ("measure_curve", "profile_cost", "measure_speedup"):
+            assert dict(by[kind, method].deps)["drafter"] == stage.hash, (kind, method)
+    assert dict(by["measure_curve", "post"].deps)["drafter"] == trained
+    # the stage's settings change the stage and what follows it, never the training before it
+    data["drafters"][1]["distill"]["decay"] = 0.5
+    again = {(j.kind, j.drafter): j.hash for j in plan_of(data).jobs}
+    assert again["train_drafter", "post"] == by["train_drafter", "post"].hash
+    assert again["distill_drafter", "opd"] != by["distill_drafter", "opd"].hash
+    assert again["distill_drafter", "imitation"] == by["distill_drafter", "imitation"].hash
+
+
+def test_imitation_cannot_continue_a_checkpoint_trained_elsewhere(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    data = modified(
+        ["drafters"], [{"name": "x", "kind": "eagle3", "path": str(tmp_path), "distill": {"method": "imitation"}}]
+    )
+    with pytest.raises(SpecError, match="distill.method: imitation continues the drafter's own training"):
+        plan_of(data)
+    data["drafters"][0]["distill"]["method"] = "opd"
+    assert [j.kind for j in plan_of(data).jobs if j.drafter == "x"][0] == "distill_drafter"

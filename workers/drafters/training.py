@@ -66,6 +66,15 @@ def training_sources(target, tokenizer, train, capture, data, features):
     return batches, batches.heldout(), text.ids[1:][text.scored[:-1]], text.ids.numel()  # vocabulary: answers
 
 
+def optimizer_step(opt, params, loss) -> float:
+    """One update on `loss`, its gradients clipped to norm 1 over `params`. Returns the loss."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    return loss.item()
+
+
 def fit(drafter, batches, val, train, loss_of, *, seed: int, device, progress=None, vocab=None) -> dict:
     """Train `drafter` in place for train.steps steps of `loss_of(drafter, ids, streams, target
     logits, mask) -> (loss, top-1 agreement per step)`. vocab: the target ids whose logits the loss
@@ -83,11 +92,7 @@ def fit(drafter, batches, val, train, loss_of, *, seed: int, device, progress=No
             group["lr"] = lr
         ids, streams, logits, mask = batches.sample(train.batch_size, train.seq_len, gen, device, vocab)
         loss, _ = loss_of(drafter, ids, streams, logits, mask)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        loss_v = loss.item()
+        loss_v = optimizer_step(opt, params, loss)
         if progress is not None:
             progress(step + 1, steps, loss_v)
     seconds = time.perf_counter() - t0
