@@ -142,6 +142,9 @@ class Distill(Strict):
     decay: float = Field(0.8, gt=0, le=1, description="the rejected stream's weight decay^s at chain step s")
     accepted_weight: float = Field(1.0, ge=0, le=100)
     rejected_weight: float = Field(1.0, ge=0, le=100)
+    seed: int = Field(
+        0, ge=0, le=2**31 - 1, description="added to the spec's seed: stages that differ only here are repeats"
+    )
 
     @property
     def steps(self) -> int:

@@ -338,6 +338,11 @@ def test_a_distillation_stage_reuses_the_drafters_training_and_feeds_every_later
     assert again["train_drafter", "post"] == by["train_drafter", "post"].hash
     assert again["distill_drafter", "opd"] != by["distill_drafter", "opd"].hash
     assert again["distill_drafter", "imitation"] == by["distill_drafter", "imitation"].hash
+    # a repeat with another stage seed is another stage on the same training
+    data["drafters"].append({**base, "name": "opd-s1", "distill": {"method": "opd", "rounds": 1, "seed": 1}})
+    repeat = {(j.kind, j.drafter): j for j in plan_of(data).jobs}
+    assert repeat["distill_drafter", "opd-s1"].hash not in {j.hash for j in plan.jobs}
+    assert dict(repeat["distill_drafter", "opd-s1"].deps)["drafter"] == trained
 
 
 def test_imitation_cannot_continue_a_checkpoint_trained_elsewhere(tmp_path):

@@ -30,7 +30,7 @@ def run(config: DistillDrafterConfig, inputs: dict, *, num_gpus: float, progress
         drafter=drafter,
         spec=spec,
         questions=(config.max_prompt_tokens, config.prompts),
-        seed=config.seed,
+        seed=config.seed + spec.distill.seed,
         device=device,
         progress=progress,
         data=inputs.get("data"),
