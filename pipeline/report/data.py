@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from pipeline.core.contracts import Measured, Profiled, Selected, Served, Validated
+from pipeline.core.contracts import Measured, Profiled, Selected, Served, Trained, Validated
 from pipeline.core.kinds import kind as job_kind
 from pipeline.core.labels import shown
 from pipeline.errors import UserError
 
 # the kinds a report reads, by the attribute of PairingResults that holds each one's result
 PAIRING_KINDS = {
+    "distill_drafter": "distilled",  # the drafter's stage after its own training (its spec's `distill`)
     "measure_curve": "measured",
     "profile_cost": "profiled",
     "engine_cost": "profiled",  # the cost table timed by the serving engine (cost.timed_by: vllm)
@@ -38,6 +39,8 @@ class PairingResults:
     selected: Selected | None = None
     validated: Validated | None = None
     served: Served | None = None  # the serving engine's check (a spec with `serving:`)
+    distilled: Trained | None = None  # the distill_drafter job's drafter, with its rollouts' metrics
+    distill: dict | None = None  # that stage's spec (method, rounds, seed, ...)
     jobs: dict[str, dict] = field(default_factory=dict)  # kind -> job_hash, mlflow_run_id, duration_s, seed
     drafter_kind: str | None = None  # the drafter spec's kind (eagle3, standalone), where a job's config holds it
     drafter_block_size: int | None = None  # a DFlash drafter's trained block (its spec's block_size)
@@ -145,10 +148,12 @@ def _attach(pairing: PairingResults, job: dict) -> None:
 
 def _read_config(pairing: PairingResults, config: dict) -> None:
     """What the summary says that only a job's config holds: the drafter's kind (a select job's
-    config names the drafter only) and how many held-out prompts the checks decoded."""
+    config names the drafter only), its distillation stage, and how many held-out prompts the checks
+    decoded."""
     drafter = config.get("drafter")
     if isinstance(drafter, dict) and drafter.get("kind"):
         pairing.drafter_kind = drafter["kind"]
+        pairing.distill = drafter.get("distill") or pairing.distill
         if drafter["kind"] == "dflash":
             pairing.drafter_block_size = drafter.get("block_size")
     validation = config.get("validation")

@@ -169,6 +169,10 @@ def experiment_page(record, folder: Path) -> Page:
     if record.tuned:
         page.heading("Tuned configs")
         page.table(tab.tuned_table(record, speedups))
+    distilled = [p for p in record.pairings if p.distilled]
+    if distilled:
+        page.heading("Distillation stages")
+        page.table(tab.distill_table(distilled))
     if measured:
         page.heading("Acceptance and survival by depth")
         page.table(tab.accept_len_table(measured))

@@ -356,6 +356,31 @@ def tree_table(pairings) -> ReportTable:
     )
 
 
+def distill_table(pairings) -> ReportTable:
+    """Each distilled drafter's stage and its rollouts' tokens per target pass, round by round: how the
+    drafter decoded at the start of each round, before that round's updates (imitation has none)."""
+    rounds = max((p.distill or {}).get("rounds", 0) for p in pairings)
+    rows = []
+    for p in pairings:
+        stage, metrics = p.distill or {}, p.distilled.metrics
+        per_round = [metrics.get(f"rollout_tokens_per_pass_round{r}") for r in range(rounds)]
+        rows.append(
+            (
+                p.label,
+                str(stage.get("method", "?")),
+                str(stage.get("seed", 0)),
+                str(metrics.get("distill_steps", "?")),
+                *("-" if v is None else f"{v:.3f}" for v in per_round),
+                f"{metrics['distill_loss']:.4f}" if "distill_loss" in metrics else "-",
+            )
+        )
+    return ReportTable(
+        "Distillation stages: the rollouts' tokens per target pass at the start of each round",
+        ("pairing", "method", "seed", "steps", *(f"round {r}" for r in range(rounds)), "last loss"),
+        tuple(rows),
+    )
+
+
 def job_time_table(record) -> ReportTable:
     """What the experiment's finished jobs took, by kind, in the order the kinds first finished (a job
     reused from an earlier run counts with the time it took then)."""

@@ -77,6 +77,40 @@ def test_tables_escape_html_and_markdown_pipes():
     assert "x\\|y" in t.markdown() and "1\\|2" in t.markdown()
 
 
+def test_the_distillation_table_lists_each_round_of_each_stage():
+    """Stages of different lengths side by side: a round a stage did not have is a dash, and the
+    imitation control (no rollouts) shows dashes for every round."""
+    from pipeline.core.contracts import Trained
+    from pipeline.report.data import PairingResults
+    from pipeline.report.tables import distill_table
+
+    opd = PairingResults(
+        "t",
+        "opd-s1",
+        distilled=Trained(
+            metrics={
+                "rollout_tokens_per_pass_round0": 1.5,
+                "rollout_tokens_per_pass_round1": 1.75,
+                "distill_steps": 50,
+                "distill_loss": 0.25,
+            }
+        ),
+        distill={"method": "opd", "rounds": 2, "seed": 1},
+    )
+    control = PairingResults(
+        "t",
+        "imitation",
+        distilled=Trained(metrics={"distill_steps": 75, "distill_loss": 1.5}),
+        distill={"method": "imitation", "rounds": 3},
+    )
+    table = distill_table([opd, control])
+    assert table.header == ("pairing", "method", "seed", "steps", "round 0", "round 1", "round 2", "last loss")
+    assert table.rows == (
+        ("t/opd-s1", "opd", "1", "50", "1.500", "1.750", "-", "0.2500"),
+        ("t/imitation", "imitation", "0", "75", "-", "-", "-", "1.5000"),
+    )
+
+
 @pytest.mark.browser
 def test_the_browser_check_catches_a_broken_figure_and_a_console_error(tmp_path):
     from support import browser
