@@ -51,6 +51,7 @@ class ProductionConfig(_Decided, total=False):
     pass_cost: list[float] | None
     draft_sampling: str | None
     timed_by: str | None
+    block_drafting: str | None
 
 
 class StoredVersion(NamedTuple):

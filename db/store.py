@@ -286,13 +286,15 @@ class Store(Reports):
         draft_sampling: str | None = None,
         timed_by: str | None = None,
         schedule_measured_to: int | None = None,
+        block_drafting: str | None = None,
     ) -> int:
         """Add a version measured in production (no job); it becomes the workload's active one.
 
         ``decode_accept_len``, ``cost_model`` and ``pass_cost`` say what the choice maximised
         and how it costed a pass, as for offline versions, and ``timed_by`` whose clock timed
         the costs (None: a given cost ratio); ``schedule_measured_to`` the largest batch size of
-        the schedule whose depth was measured. Returns its version number. Bad
+        the schedule whose depth was measured; ``block_drafting`` a DFlash pairing's block rule, kept
+        from its offline version. Returns its version number. Bad
         values raise StoreError and write nothing.
         """
         given = dict(locals())

@@ -1,8 +1,8 @@
 """Planning: an experiment spec becomes a graph of jobs, each keyed by a content hash.
 
-train_target (built-in targets only) -> train_drafter -> measure_curve, profile_cost
--> select_depth [-> measure_speedup, when the spec asks for validation] [-> serve_check, when it
-names a serving engine]. Each job carries its
+train_target (built-in targets only) -> train_drafter [-> distill_drafter, for a drafter with a
+`distill` stage] -> measure_curve, profile_cost -> select_depth [-> measure_speedup, when the spec
+asks for validation] [-> serve_check, when it names a serving engine]. Each job carries its
 kind's typed config (pipeline/core/contracts.py). A job's hash covers exactly what determines
 its result: its kind, its config, the hashes of its inputs and its kind's code version. An
 unchanged job keeps its hash, so a rerun reuses its finished result.

@@ -95,6 +95,8 @@ def decide_from_metrics(
         "cost_model": choice.cost_model,
         "pass_cost": list(pass_cost) if pass_cost is not None else None,
         "timed_by": costed_by.get("timed_by") if costed_by else None,
+        # how the drafter is run is the pairing's, whatever measured this version's acceptance
+        "block_drafting": offline[0].get("block_drafting") if offline else None,
         "schedule": [list(r) for r in schedule] if schedule else None,
         "schedule_measured_to": min(measured_to, schedule[-1][1]) if measured_to else None,
         "notes": f"from {int(counters.num_drafts)} verified drafts of {len(curve.survival)} positions; {cost_note}; "

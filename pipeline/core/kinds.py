@@ -134,6 +134,7 @@ KINDS: dict[str, JobKind] = {
             "pipeline.run.record:record_trained",
             (*_DISPATCH, "workers.jobs.distill_drafter"),
             "device",
+            _family_module,  # a `path` checkpoint is read by its family
         ),
         JobKind(
             "measure_curve",

@@ -133,7 +133,7 @@ class Distill(Strict):
     method: Literal["opd", "opd_random_anchor", "imitation"] = "opd"
     rounds: int = Count(2, le=64)
     prompts: int = Count(32, le=4096)
-    max_new_tokens: int = Count(64, le=MAX_TOKENS)
+    max_new_tokens: int = Count(64, ge=2, le=MAX_TOKENS, description="a rollout's tokens: 2 or more (one verification)")
     depth: int = Count(4, le=16, description="the rollouts' chain depth")
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     steps_per_round: int = Count(20, le=MAX_STEPS)

@@ -338,6 +338,15 @@ def test_a_distillation_stage_reuses_the_drafters_training_and_feeds_every_later
     assert again["train_drafter", "post"] == by["train_drafter", "post"].hash
     assert again["distill_drafter", "opd"] != by["distill_drafter", "opd"].hash
     assert again["distill_drafter", "imitation"] == by["distill_drafter", "imitation"].hash
+    # nor does what only rollouts read change the imitation control, which rolls nothing out
+    data["drafters"][3]["distill"] |= {"decay": 0.5, "depth": 2, "prompts": 8}
+    assert {(j.kind, j.drafter): j.hash for j in plan_of(data).jobs}["distill_drafter", "imitation"] == (
+        by["distill_drafter", "imitation"].hash
+    )
+    data["drafters"][3]["distill"]["lr"] = 1e-3  # its optimizer's settings do
+    assert {(j.kind, j.drafter): j.hash for j in plan_of(data).jobs}["distill_drafter", "imitation"] != (
+        by["distill_drafter", "imitation"].hash
+    )
     # a repeat with another stage seed is another stage on the same training
     data["drafters"].append({**base, "name": "opd-s1", "distill": {"method": "opd", "rounds": 1, "seed": 1}})
     repeat = {(j.kind, j.drafter): j for j in plan_of(data).jobs}

@@ -140,7 +140,11 @@ def _measure(target, chains, prompts, evaluation, condition, temp, gen):
     accepted, ratios, alphas = [], [], []
     per_prompt = []  # [chains, sum of survival[1..K]] per prompt: what a bootstrap over prompts resamples
     walks = []  # per prompt, [tokens, passes] of decoding at k = 0..K over its chain starts (decode_walk)
-    walk_gen = torch.Generator().manual_seed(int(torch.randint(2**31, (), generator=gen))) if temp > 0 else None
+    walk_seed = int(torch.randint(2**31, (), generator=gen)) if temp > 0 else None
+    walk_gen = torch.Generator().manual_seed(walk_seed) if temp > 0 else None
+    # per-depth chains (a DFlash drafter run on blocks of depth + 1) draw from their own generator, so
+    # the text every prompt continues into is the same whichever way the drafter is run
+    depth_gen = torch.Generator().manual_seed(walk_seed + 1) if temp > 0 else None
     draft_temp = drafting_temperature(temp, evaluation.draft_sampling)
     for prompt in prompts:
         p_len = prompt.numel()
@@ -170,7 +174,7 @@ def _measure(target, chains, prompts, evaluation, condition, temp, gen):
         kept = {k: draws for k in range(depth + 1)}
         if chains.per_depth:  # a smaller depth drafts chains of its own: walk those
             for k in range(1, depth):
-                kept[k] = _kept_at_depth(target, chains, seq, starts, k, temp, draft_temp, gen, walk_gen)
+                kept[k] = _kept_at_depth(target, chains, seq, starts, k, temp, draft_temp, depth_gen, walk_gen)
         walks.append([[sum(x) for x in zip(*(decode_walk(d, k) for d in kept[k]))] for k in range(depth + 1)])
     if temp == 0:
         curve = curve_from_accepted(accepted, depth, condition=condition, temperature=temp)

@@ -250,6 +250,7 @@ def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
                 cost_job_hash="cost-1",
                 cost_model="timed",
                 pass_cost=timed.cost.pass_cost,
+                block_drafting="depth",  # as a DFlash pairing run on blocks of depth + 1 records it
             ),
         ),
     ):
@@ -275,6 +276,7 @@ def test_production_retune_uses_the_offline_timed_engine_iterations(tmp_path):
     assert stored["depth"] == 3 and "timed engine iterations" in stored["notes"]
     assert stored["hardware"] == "cpu 2t x1 float32"  # the hardware the timings belong to
     assert (stored["cost_model"], stored["pass_cost"]) == ("timed", [1.0, 1.5, 1.6, 1.7])
+    assert stored["block_drafting"] == "depth"  # how the drafter is run stays the pairing's
     # a second re-tune still costs passes as the offline choice did, not as the production version
     # (which sorts first: condition "production" < "zdefault"): the same inputs, so version 1 again
     row, _ = from_metrics(

@@ -44,7 +44,8 @@ class DFlashFamily:
 
     def step_timer(self, drafter, target, ctx, context_len: int):
         """A closure running one block pass (all of a round's drafts) against a cached context of
-        context_len - 1 positions (the newest token is the block's first)."""
+        context_len - 1 positions (the newest token is the block's first). The trained block's, also for
+        a drafter run on blocks of depth + 1: the most a round's pass costs at any depth."""
         context = drafter.context(batch_streams(target, ctx[:, :-1], drafter.cfg.capture_layers))
         cache = drafter.extend_context(None, context, 0)
         return lambda: drafter.draft_block(cache, ctx[:, -1], context_len - 1)

@@ -18,7 +18,7 @@ absolute positions (context and block alike), pre-norm residual attention and Sw
 position k >= 1 predicts the token AT a + k through the drafter's final norm and the target's own
 output head (frozen): one pass drafts block_size - 1 tokens. A shorter block, [x_a, MASK x k]
 (`size` = k + 1 <= block_size), is what most engines draft for a depth k below the trained block
-(`evaluation.dflash_block: depth`): the same layers over fewer mask positions.
+(the drafter spec's `block_drafting: depth`): the same layers over fewer mask positions.
 
 `forward_blocks` runs many blocks of one sequence at once (training on random anchors, measuring
 every chain of a text); `extend_context` + `draft_block` run decoding with a cache of the context's

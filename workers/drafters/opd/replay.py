@@ -52,8 +52,8 @@ class ReplayWeights(NamedTuple):
 
 def replay_loss(drafter, ids: torch.Tensor, streams, chains: list[ReplayChain], weights: ReplayWeights):
     """The Draft-OPD loss of `chains` over the rollouts `ids` [B, T] (right-padded), with the target's
-    captured `streams` of them. Returns (loss, {"accepted_positions", "rejected_positions", "kl_accepted",
-    "kl_rejected"}: the counts and mean divergences of each stream, for logging)."""
+    captured `streams` of them. Returns (loss, {"accepted_positions", "rejected_positions", and
+    "kl_accepted", "kl_rejected" where that stream has positions}: for logging)."""
     depth = max(len(ch.drafts) for ch in chains)
     tokens = ids[:, 1:]
     forced = fed_tokens(ids, chains, depth)
@@ -81,23 +81,21 @@ def replay_loss(drafter, ids: torch.Tensor, streams, chains: list[ReplayChain], 
                 kl = (logq[s].exp() * (logq[s] - logp[s])).sum()
                 total, norm = total + w * kl, norm + w
                 kl_r.append(kl.detach())
-    stats = {
-        "accepted_positions": len(kl_a),
-        "rejected_positions": len(kl_r),
-        "kl_accepted": float(torch.stack(kl_a).mean()) if kl_a else float("nan"),
-        "kl_rejected": float(torch.stack(kl_r).mean()) if kl_r else float("nan"),
-    }
+    stats = {"accepted_positions": len(kl_a), "rejected_positions": len(kl_r)}
+    stats |= {"kl_accepted": float(torch.stack(kl_a).mean())} if kl_a else {}  # a stream with no position has no mean
+    stats |= {"kl_rejected": float(torch.stack(kl_r).mean())} if kl_r else {}
     return total / max(norm, 1e-12), stats
 
 
 def fed_tokens(ids: torch.Tensor, chains: list[ReplayChain], depth: int) -> list[torch.Tensor]:
     """What each drafting step hands the next at every position ([B, T-1] per step): the chain's own
-    draft at its positions, the text elsewhere (position i followed by x_{i+2}: teacher forcing)."""
+    draft at its positions, the text elsewhere (position i followed by x_{i+2}: teacher forcing). Only
+    drafts a later step of the chain reads are written, so a chain sharing a start is fed the same."""
     teacher = torch.zeros_like(ids[:, 1:])
     teacher[:, :-1] = ids[:, 2:]
     forced = [teacher.clone() for _ in range(depth)]
     for ch in chains:
-        for s, token in enumerate(ch.drafts):
+        for s, token in enumerate(ch.drafts[:-1]):  # its last draft is fed to no step of it
             forced[s][ch.row, ch.start + s] = token
     return forced
 

@@ -33,6 +33,7 @@ from workers.drafters.training import optimizer_step, training_sources
 from workers.runtime.lr_schedule import warmup_cosine_lr
 
 WARMUP_SHARE = 0.05
+STAGE_DRAWS = 1_000_003  # the stage's generator seed, past the training's (which is the spec's seed)
 
 
 def distill(*, target, tokenizer, drafter, spec, questions, seed: int, device, progress=None, data=None, features=None):
@@ -40,7 +41,8 @@ def distill(*, target, tokenizer, drafter, spec, questions, seed: int, device, p
     prompts file or None), where the rollouts' training questions come from. Returns the metrics."""
     stage = spec.distill
     torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
+    # not the generator the drafter's own training drew its batches from: the control sees new batches
+    gen = torch.Generator().manual_seed(seed + STAGE_DRAWS)
     vocab = drafter.draft_ids() if drafter.cfg.draft_vocab else None
     if stage.method == "imitation":
         batches, _, _, _ = training_sources(target, tokenizer, spec.train, drafter.cfg.capture_layers, data, features)

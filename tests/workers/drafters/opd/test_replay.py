@@ -112,6 +112,9 @@ def test_the_random_anchor_ablation_moves_only_the_accepted_stream():
     assert sorted(len(c.drafts) for c in relocated) == sorted(min(c.accepted + 1, 3) for c in true)
     assert {(c.row, c.start) for c in relocated} != {(c.row, c.start) for c in true if c.accepted}  # they moved
     forced = fed_tokens(ids, moved, 3)
+    for ch in kept:  # every kept rejected stream is still fed its own drafts, wrong ones included
+        for s, token in enumerate(ch.drafts[:-1]):
+            assert int(forced[s][ch.row, ch.start + s]) == token
     with torch.no_grad():
         for ch in relocated:
             assert ch.accepted == len(ch.drafts)
