@@ -73,5 +73,12 @@ def is_secret_name(name: str) -> bool:
 def _variable_secrets() -> list[str]:
     """This process's environment values that are secrets, longest first (so one that holds
     another is masked whole)."""
-    found = {v for n, v in os.environ.items() if len(v) >= MIN_VARIABLE_SECRET and is_secret_name(n)}
+    found = {v for n, v in _environment().items() if len(v) >= MIN_VARIABLE_SECRET and is_secret_name(n)}
     return sorted(found, key=len, reverse=True)
+
+
+def _environment() -> dict[str, str]:
+    """The environment as it is now. Another thread may change it meanwhile (MLflow's telemetry drops a
+    variable of its own while a run starts): a name that went between listing and reading is skipped,
+    where iterating os.environ's items would raise KeyError."""
+    return {name: value for name in list(os.environ) if (value := os.environ.get(name)) is not None}

@@ -139,3 +139,30 @@ def test_the_cli_prints_no_secret(tmp_path, option):
         )
         assert done.returncode != 0 and "***" in done.stderr, (args, done.stderr[-500:])
         assert SECRET not in done.stdout + done.stderr, (args, done.stderr[-500:])
+
+
+def test_a_variable_another_thread_drops_mid_read_is_skipped(monkeypatch):
+    """MLflow's telemetry removes a variable of its own while a run starts: masking, reading the
+    environment at that moment, must neither fail nor lose the secrets that stay."""
+    from collections.abc import Mapping
+
+    import db.secrets as secrets
+
+    class Dropping(Mapping):  # lists a name whose value is gone by the time it is read, as os.environ can
+        data = {"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwx", "_MLFLOW_TELEMETRY_SESSION_ID": None}
+
+        def __iter__(self):
+            return iter(self.data)
+
+        def __len__(self):
+            return len(self.data)
+
+        def __getitem__(self, name):
+            if self.data[name] is None:
+                raise KeyError(name)
+            return self.data[name]
+
+    with monkeypatch.context() as patched:  # os.environ is the process's: restored before pytest writes to it
+        patched.setattr(secrets.os, "environ", Dropping())
+        masked = secrets.mask_secrets("token hf_abcdefghijklmnopqrstuvwx here")
+    assert masked == f"token {secrets.MASK} here"
