@@ -109,24 +109,13 @@ class DistillDrafterConfig(JobConfig):
     prompts: PromptsFile | None = None  # training_data's prompts file, None: the built-in questions
     device: str
     unhashed: ClassVar[dict] = {"target": {"name"}, "drafter": {"name"}, "prompts": {"path"}}
-    # what only the rollouts read: the imitation control's result does not depend on it
-    ROLLOUT_ONLY: ClassVar[tuple[str, ...]] = (
-        "prompts",
-        "max_new_tokens",
-        "depth",
-        "temperature",
-        "decay",
-        "accepted_weight",
-        "rejected_weight",
-    )
 
     def hashed(self) -> dict:
         out = super().hashed()
-        if self.drafter.distill.method == "imitation":
-            out.pop("max_prompt_tokens")
-            out.pop("prompts")
-            for key in self.ROLLOUT_ONLY:
-                out["drafter"]["distill"].pop(key)
+        if self.drafter.distill.method == "imitation":  # it rolls nothing out: the questions change nothing
+            del out["max_prompt_tokens"], out["prompts"]
+            for key in self.drafter.distill.ROLLOUT_ONLY:
+                del out["drafter"]["distill"][key]
         return out
 
 

@@ -6,7 +6,7 @@ line to `DrafterSpec`."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
@@ -144,6 +144,17 @@ class Distill(Strict):
     rejected_weight: float = Field(1.0, ge=0, le=100)
     seed: int = Field(
         0, ge=0, le=2**31 - 1, description="added to the spec's seed: stages that differ only here are repeats"
+    )
+
+    # what only rollouts read: the imitation control's result does not depend on it
+    ROLLOUT_ONLY: ClassVar[tuple[str, ...]] = (
+        "prompts",
+        "max_new_tokens",
+        "depth",
+        "temperature",
+        "decay",
+        "accepted_weight",
+        "rejected_weight",
     )
 
     @property

@@ -170,7 +170,7 @@ def _measure(target, chains, prompts, evaluation, condition, temp, gen):
             per_prompt.append([len(my_alphas), *(x * len(my_alphas) for x in one.survival)])
             # what a decoder's accept/reject would keep, WALK_DRAWS times; an approximation at T > 0: the
             # text after a rejection is the target's sample here, a residual draw in a decoder
-            draws = [[_accepted_draws(r, walk_gen) for r in my_ratios] for _ in range(WALK_DRAWS)]
+            draws = _decoder_draws(my_ratios, walk_gen)
         kept = {k: draws for k in range(depth + 1)}
         if chains.per_depth:  # a smaller depth drafts chains of its own: walk those
             for k in range(1, depth):
@@ -210,8 +210,12 @@ def _kept_at_depth(target, chains, seq, starts, k: int, temp: float, draft_temp:
     p_logits = verify_chains(target, seq, starts, drafts)
     if temp == 0:
         return [_greedy_accepted(p_logits, drafts)]
-    ratios, _ = _sampled_ratios(p_logits, drafts, q_logits, temp, draft_temp)
-    return [[_accepted_draws(r, walk_gen) for r in ratios] for _ in range(WALK_DRAWS)]
+    return _decoder_draws(_sampled_ratios(p_logits, drafts, q_logits, temp, draft_temp)[0], walk_gen)
+
+
+def _decoder_draws(ratios: list[list[float]], gen) -> list[list[int]]:
+    """WALK_DRAWS draws of what a decoder's accept/reject keeps of each chain: one list of counts each."""
+    return [[_accepted_draws(r, gen) for r in ratios] for _ in range(WALK_DRAWS)]
 
 
 def _accepted_draws(ratios: list[float], gen) -> int:

@@ -6,7 +6,8 @@ decoding, recomputed; a KV-cached decode differs only in rounding). The distribu
 final hidden states the verify passes left (workers/decoding/chain.py), through the target's output
 head restricted to the drafter's vocabulary: the drafter is scored where it can draft, as imitation
 training scores it. The text is padded by the deepest round past its end, so a chain rejected at
-the text's last token still has positions for all its steps.
+the text's last token still has positions for all its steps. A round's rollouts are batched once and
+each optimizer step takes some of its rows (`rows_of`): the target runs once per rollout.
 """
 
 from __future__ import annotations
@@ -41,3 +42,10 @@ def replay_batch(target, rollouts: list[Rollout], capture, vocab: torch.Tensor |
             chains, ids, lengths, lambda row, pos: torch.softmax(text_logits[row, pos.to(device)], dim=-1), ablation_gen
         )
     return ids, streams, chains
+
+
+def rows_of(ids: torch.Tensor, streams, chains: list[ReplayChain], rows: list[int]):
+    """The part of a batch (`replay_batch`'s) that holds `rows`, its chains renumbered to match."""
+    index = {row: i for i, row in enumerate(rows)}
+    take = torch.tensor(rows, device=ids.device)
+    return ids[take], [s[take] for s in streams], [ch._replace(row=index[ch.row]) for ch in chains if ch.row in index]

@@ -4,10 +4,11 @@ random-anchor ablation, or imitation continued, for the same optimizer steps and
 Draft-OPD (`opd`): `rounds` times, roll out `prompts` training questions with the current drafter
 (workers/drafters/opd/rollout.py; the target verifies, so the text keeps its distribution), then take
 `steps_per_round` optimizer steps, each on `batch_size` of those rollouts replayed from their
-verification anchors (workers/drafters/opd/replay.py). `opd_random_anchor` replays the same rollouts
-with each accepted stream moved to a random start. `imitation` takes the same number of steps of the
-drafter's own training loss (EAGLE-3's TTT) on its own training batches: the control that separates
-"more training" from "on-policy training". All three use one schedule: AdamW, a linear warm-up over
+verification anchors (workers/drafters/opd/replay.py; a round's rollouts go through the target once).
+`opd_random_anchor` replays the same rollouts with each accepted stream moved to a random start (drawn
+once a round). `imitation` takes the same number of steps of the drafter's own training loss
+(EAGLE-3's TTT) on its own training batches: the control that separates "more training" from
+"on-policy training". All three use one schedule: AdamW, a linear warm-up over
 the first 5% of the steps and a cosine decay to 0 (the official code's), gradients clipped at 1.
 
 Each round's rollouts are also the stage's own measure of the drafter: the mean tokens per target
@@ -26,7 +27,7 @@ from workers.data.regenerate import question_prompts
 from workers.drafters.chain.loss import weighted_chain_loss
 from workers.drafters.chain.proposer import ChainProposer
 from workers.drafters.eagle3.train import ttt_weights
-from workers.drafters.opd.batch import replay_batch
+from workers.drafters.opd.batch import replay_batch, rows_of
 from workers.drafters.opd.replay import ReplayWeights, replay_loss
 from workers.drafters.opd.rollout import roll_out
 from workers.drafters.training import optimizer_step, training_sources
@@ -62,14 +63,14 @@ def distill(*, target, tokenizer, drafter, spec, questions, seed: int, device, p
     weights = ReplayWeights(stage.decay, stage.accepted_weight, stage.rejected_weight)
     ablation = torch.Generator().manual_seed(seed + 1) if stage.method == "opd_random_anchor" else None
     metrics: dict = {}
-    state = {"rollouts": []}
+    state = {}  # "batch": the round's rollouts, batched once (ids, streams, chains)
 
     def step_loss(step: int):
         if step % stage.steps_per_round == 0:  # a new round: roll out with the drafter as it is now
             r = step // stage.steps_per_round
             chosen = pick(len(pool), stage.prompts, seed + r)
             drafter.eval()
-            state["rollouts"] = roll_out(
+            rollouts = roll_out(
                 target,
                 ChainProposer(drafter),
                 [torch.tensor(pool[i]) for i in chosen],
@@ -79,12 +80,12 @@ def distill(*, target, tokenizer, drafter, spec, questions, seed: int, device, p
                 gen=gen,
             )
             drafter.train()
-            rounds = [v for ro in state["rollouts"] for v in ro.rounds]
+            rounds = [v for ro in rollouts for v in ro.rounds]
             metrics[f"rollout_tokens_per_pass_round{r}"] = sum(v.accepted + 1 for v in rounds) / len(rounds)
-        rollouts = state["rollouts"]
-        batch = [rollouts[i] for i in torch.randperm(len(rollouts), generator=gen)[: stage.batch_size].tolist()]
-        ids, streams, chains = replay_batch(target, batch, drafter.cfg.capture_layers, vocab, ablation)
-        return replay_loss(drafter, ids, streams, chains, weights)
+            state["batch"] = replay_batch(target, rollouts, drafter.cfg.capture_layers, vocab, ablation)
+        ids, streams, chains = state["batch"]
+        rows = torch.randperm(ids.shape[0], generator=gen)[: stage.batch_size].tolist()
+        return replay_loss(drafter, *rows_of(ids, streams, chains, rows), weights)
 
     return _optimise(drafter, stage, step_loss, progress, metrics)
 
