@@ -64,13 +64,30 @@ def build_plan(
     version = code_version if callable(code_version) else (lambda modules=None: code_version)
     jobs: dict[str, Job] = {}
 
-    def add(kind: str, name: str, fields: dict, deps: dict[str, str], target: str, drafter: str | None = None):
+    def identity(kind: str, fields: dict, deps: dict[str, str]) -> tuple[c.JobConfig, str]:
+        """A job's config and hash, without adding it to the plan."""
         res = spec.resources_for(kind)
         entry = job_kind(kind)
         config = entry.config(
             seed=spec.seed, **fields, **_placement(kind, res.num_cpus, res.num_gpus, res.accelerator_type, worker)
         )
-        h = job_hash(kind, config.hashed(), deps, version(entry.code_of(config)))
+        return config, job_hash(kind, config.hashed(), deps, version(entry.code_of(config)))
+
+    def add(
+        kind: str,
+        name: str,
+        fields: dict,
+        deps: dict[str, str],
+        target: str,
+        drafter: str | None = None,
+        *,
+        named: dict[str, str] | None = None,
+    ):
+        """named: the inputs its hash names where they differ from those it reads (`deps`)."""
+        res = spec.resources_for(kind)
+        config, h = identity(kind, fields, deps)
+        if named is not None:
+            h = job_hash(kind, config.hashed(), named, version(job_kind(kind).code_of(config)))
         if h not in jobs:
             jobs[h] = Job(
                 kind,
@@ -101,10 +118,16 @@ def build_plan(
         pair, t, d = f"{target.name}/{drafter.name}", target.name, drafter.name
         evaluation = spec.evaluation_for(drafter)
         inputs = dict(deps)
-        data = _training_data(add, spec, ref, drafter, deps) if drafter.trained_here else {}
+        data, named = _training_data(add, identity, spec, ref, drafter, deps) if drafter.trained_here else ({}, {})
         if drafter.trained_here:
             inputs["drafter"] = add(
-                "train_drafter", f"train_drafter {pair}", {"target": ref, "drafter": drafter}, {**deps, **data}, t, d
+                "train_drafter",
+                f"train_drafter {pair}",
+                {"target": ref, "drafter": drafter},
+                {**deps, **data},
+                t,
+                d,
+                named={**deps, **named},
             )
         stage = getattr(drafter, "distill", None)  # an EAGLE-3 drafter's stage after its own training
         if stage is not None:
@@ -173,23 +196,37 @@ def build_plan(
     return Plan(spec.content_hash(), version(None), tuple(jobs.values()))
 
 
-def _training_data(add, spec: ExperimentSpec, ref: c.TargetRef, drafter, deps: dict) -> dict[str, str]:
-    """The jobs a drafter trained on its target's own text needs: the text (one per target) and,
-    for a drafter that reads target states, those states (one per target and capture layers)."""
+def _training_data(add, identity, spec: ExperimentSpec, ref: c.TargetRef, drafter, deps: dict):
+    """The jobs a drafter trained on its target's own text needs: the text (one per target) and, for
+    a drafter that reads target states, those states: one target pass per target, at every layer
+    that the rules of its drafters read. -> (the inputs it reads, the inputs its hash names).
+
+    Its hash names the states of its own rule alone, the same values at the layers it reads: a
+    drafter added to the spec with other layers re-runs the target pass, not the other trainings.
+    """
     if drafter.training_corpus != "regenerated":
-        return {}
+        return {}, {}
     data = add("regenerate", f"regenerate {ref.name}", {"target": ref, "data": spec.training_data}, deps, ref.name)
-    states = drafter.target_states
-    if states is None:
-        return {"data": data}
+    own = drafter.target_states
+    if own is None:
+        return {"data": data}, {"data": data}
+    rules = sorted(
+        {
+            tuple(sorted(d.target_states.items()))
+            for t, d in spec.pairing_list()
+            if t.name == ref.name and d.trained_here and d.training_corpus == "regenerated" and d.target_states
+        },
+        key=repr,
+    )
     features = add(
         "target_features",
-        f"target_features {ref.name}/{states['fusion']}",
-        {"target": ref, **states},
+        f"target_features {ref.name}",
+        {"target": ref, "rules": [dict(r) for r in rules]},
         {**deps, "data": data},
         ref.name,
     )
-    return {"data": data, "features": features}
+    _, alone = identity("target_features", {"target": ref, "rules": [own]}, {**deps, "data": data})
+    return {"data": data, "features": features}, {"data": data, "features": alone}
 
 
 def _placement(

@@ -80,13 +80,19 @@ class RegenerateConfig(JobConfig):
     unhashed: ClassVar[dict] = {"target": {"name"}, "data": {"prompts": {"path"}}}
 
 
-class TargetFeaturesConfig(JobConfig):
-    """The target's hidden states over its regenerated text, at the layers a drafter's rule reads
-    (workers/drafters/target_layers.py), computed once and shared by every drafter of that target and rule."""
+class StatesRule(Contract):
+    """Which target states one drafter reads (workers/drafters/target_layers.py)."""
 
-    target: TargetRef
     fusion: str  # "tri" | "last" | "spread<n>"
     capture_layers: tuple[int, ...] | None  # the spec's explicit choice; None: the fusion's default
+
+
+class TargetFeaturesConfig(JobConfig):
+    """The target's hidden states over its regenerated text, at every layer that the rules of its
+    drafters read: one pass of the target, shared by all of them. `rules` is sorted and without repeats."""
+
+    target: TargetRef
+    rules: tuple[StatesRule, ...]
     device: str
     unhashed: ClassVar[dict] = {"target": {"name"}}
 

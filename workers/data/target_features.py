@@ -1,15 +1,15 @@
 """The target's hidden states over its regenerated text, computed once for all its drafters.
 
-An EAGLE drafter trains on the target's captured hidden states and its next-token
-distribution at every position. On a real target the target's forward pass is most of a
-training step, and every drafter of the target (pre-norm, post-norm, deeper TTT) needs the
-same states, so they are computed once per target and fusion and stored: the captured
-streams, and the final normed state, from which the target's logits are one matrix product
-(its LM head) away. Each sample is run on its own (batched, right-padded), as the target saw
-it when it answered.
+A drafter that reads the target (EAGLE-3, MTP, DFlash) trains on the target's hidden states at
+some layers and its next-token distribution at every position. On a real target the target's
+forward pass is most of a training step, and the drafters of a target read the same or
+overlapping layers, so one pass of the target computes every layer any of them reads, stored one
+tensor per layer: the captured streams, and the final normed state, from which the target's
+logits are one matrix product (its LM head) away. Each sample is run on its own (batched,
+right-padded), as the target saw it when it answered.
 
-`FeatureBatches` then serves training windows: token ids, streams, target logits and the
-positions that carry a loss, without running the target.
+`FeatureBatches` then serves training windows of the layers one drafter reads: token ids,
+streams, target logits and the positions that carry a loss, without running the target.
 """
 
 from __future__ import annotations
@@ -31,16 +31,19 @@ FP16_MAX = 60000.0  # states stored in float16 unless some value would not fit
 def compute_features(
     target, text: Text, layers: tuple[int, ...], *, max_tokens: int = 8192, progress=None
 ) -> tuple[dict[str, bytes], dict]:
-    """Hidden states `layers` and the final state at every position of the text. -> (files, metrics)"""
+    """Hidden states `layers` and the final state at every position of the text. -> (files, metrics)
+
+    Each layer is its own tensor, float16 until one of its values would not fit (float32 from then
+    on), so a layer's stored values do not depend on which other layers were computed with it.
+    """
     ids = text.ids
     final = target.config.num_hidden_layers
     wanted = tuple(layers) + ((final,) if final not in layers else ())
     bounds = text.bounds()
     device = next(target.parameters()).device
     d = target.config.hidden_size
-    # float16 (half the memory) until some state would not fit in it; float32 from then on
-    out = torch.zeros(ids.numel(), len(wanted), d, dtype=torch.float16)
-    peak = 0.0
+    out = [torch.zeros(ids.numel(), d, dtype=torch.float16) for _ in wanted]  # [N, d] per layer
+    peak = [0.0] * len(wanted)
     lo = 0
     while lo < len(bounds):  # batches of samples up to max_tokens, padded on the right
         hi = lo + 1
@@ -52,24 +55,29 @@ def compute_features(
         for r, (a, b) in enumerate(bounds[lo:hi]):
             batch[r, : b - a] = ids[a:b]
         streams, _ = target_pass(target, batch.to(device), wanted)
-        for r, (a, b) in enumerate(bounds[lo:hi]):  # each sample's own positions, not its padding
-            states = torch.stack([s[r, : b - a].float().cpu() for s in streams], dim=1)
-            peak = max(peak, states.abs().max().item())
-            if peak >= FP16_MAX and out.dtype == torch.float16:
-                out = out.float()
-            out[a:b] = states.to(out.dtype)
+        for j, stream in enumerate(streams):
+            for r, (a, b) in enumerate(bounds[lo:hi]):  # each sample's own positions, not its padding
+                states = stream[r, : b - a].float().cpu()
+                peak[j] = max(peak[j], states.abs().max().item())
+                if peak[j] >= FP16_MAX and out[j].dtype == torch.float16:
+                    out[j] = out[j].float()
+                out[j][a:b] = states.to(out[j].dtype)
         lo = hi
         if progress is not None:
             progress(bounds[lo - 1][1], ids.numel(), float("nan"))
-    tensors = {"states": out.contiguous(), "layers": torch.tensor(wanted, dtype=torch.int64)}
+    tensors = {_key(layer): t.contiguous() for layer, t in zip(wanted, out)}
     metrics = {
         "tokens": ids.numel(),
         "samples": len(bounds),
         "layers": len(wanted),
-        "max_abs": peak,
-        "bytes": out.numel() * out.element_size(),
+        "max_abs": max(peak),
+        "bytes": sum(t.numel() * t.element_size() for t in out),
     }
     return {FILE: safetensors.torch.save(tensors)}, metrics
+
+
+def _key(layer: int) -> str:
+    return f"hidden_states.{layer}"
 
 
 class FeatureBatches:
@@ -80,19 +88,23 @@ class FeatureBatches:
 
     def __init__(self, target, text: Text, features, capture: tuple[int, ...]):
         """features: the target_features job's result (its folder holds the states)."""
+        wanted = tuple(dict.fromkeys((*capture, target.config.num_hidden_layers)))  # the final state last
         try:
-            t = safetensors.torch.load_file(folder_of(features) / FILE)
-            states, layers = t["states"], tuple(t["layers"].tolist())
-        except (OSError, KeyError, safetensors.SafetensorError) as exc:
+            with safetensors.safe_open(folder_of(features) / FILE, framework="pt") as f:
+                stored = sorted(int(k.removeprefix(_key(""))) for k in f.keys())
+                missing = [layer for layer in wanted if layer not in stored]
+                if missing:
+                    raise RuntimeError(f"target features: layers {missing} were not stored (stored: {stored})")
+                layers = [f.get_tensor(_key(layer)) for layer in wanted]  # only the layers it reads
+        except (OSError, ValueError, safetensors.SafetensorError) as exc:
             raise RuntimeError(f"target features: cannot read {FILE} ({exc})") from exc
+        dtype = torch.float32 if any(t.dtype == torch.float32 for t in layers) else torch.float16
+        states = torch.stack([t.to(dtype) for t in layers], dim=1)  # float16 -> float32 is exact
         if states.shape[0] != text.ids.numel():
             raise RuntimeError(f"target features: {states.shape[0]} positions for a text of {text.ids.numel()} tokens")
-        missing = [layer for layer in capture if layer not in layers]
-        if missing:
-            raise RuntimeError(f"target features: layers {missing} were not stored (stored: {list(layers)})")
-        self.target, self.text, self.states, self.split = target, text, states, "train"
-        self.columns = [layers.index(layer) for layer in capture]
-        self.final = layers.index(target.config.num_hidden_layers)
+        self.target, self.text, self.states, self.split = target, text, states, "train"  # states [N, L, d]
+        self.columns = [wanted.index(layer) for layer in capture]
+        self.final = wanted.index(target.config.num_hidden_layers)
         self.head = HeadRows(target)  # the target's head rows of the vocab asked for
 
     def heldout(self) -> FeatureBatches:

@@ -1,4 +1,4 @@
-"""target_features: the target's hidden states over its regenerated text, for the drafters that read them."""
+"""target_features: the target's hidden states over its regenerated text, at every layer its drafters read."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from workers.runtime.device import pick_device
 def run(config: TargetFeaturesConfig, inputs: dict, *, num_gpus: float, progress) -> Dataset:
     device = pick_device(num_gpus)
     target, _ = load_target(config.target, inputs.get("target"), device)
-    layers = capture_layers(target.config.num_hidden_layers, config.fusion, config.capture_layers)
+    n = target.config.num_hidden_layers
+    layers = tuple(sorted({i for r in config.rules for i in capture_layers(n, r.fusion, r.capture_layers)}))
     files, metrics = compute_features(target, load_text(inputs["data"]), layers, progress=progress)
     return Dataset(metrics=metrics, files=files)

@@ -93,7 +93,7 @@ def test_stored_states_are_the_targets_and_give_its_logits(tiny_target, regenera
     target, _, files = tiny_target
     text = load_text(regenerated[0])
     config = c.TargetFeaturesConfig(
-        seed=0, device="cpu", target=c.TargetRef(name="t"), fusion="tri", capture_layers=None
+        seed=0, device="cpu", target=c.TargetRef(name="t"), rules=[{"fusion": "tri", "capture_layers": None}]
     )
     inputs = {"target": c.Trained(metrics={}, files=files), "data": regenerated[0]}
     features = run_job("target_features", config, inputs, num_cpus=2, num_gpus=0)
@@ -118,7 +118,7 @@ def test_stored_states_are_the_targets_and_give_its_logits(tiny_target, regenera
 def features(tiny_target, regenerated):
     _, _, files = tiny_target
     config = c.TargetFeaturesConfig(
-        seed=0, device="cpu", target=c.TargetRef(name="t"), fusion="tri", capture_layers=None
+        seed=0, device="cpu", target=c.TargetRef(name="t"), rules=[{"fusion": "tri", "capture_layers": None}]
     )
     return run_job(
         "target_features",
@@ -205,7 +205,7 @@ def test_corrupt_or_mismatched_training_data_is_named(tiny_target, regenerated, 
         FeatureBatches(target, short, features, (1, 2, 3))
 
 
-def test_states_too_large_for_float16_are_kept_in_float32(tiny_target, regenerated, monkeypatch):
+def test_states_too_large_for_float16_are_kept_in_float32_layer_by_layer(tiny_target, regenerated, monkeypatch):
     import safetensors.torch
 
     import workers.data.target_features as tf
@@ -215,8 +215,18 @@ def test_states_too_large_for_float16_are_kept_in_float32(tiny_target, regenerat
     small = text._replace(
         ids=text.ids[: int(text.starts[3])], scored=text.scored[: int(text.starts[3])], starts=text.starts[:3]
     )
-    files, metrics = tf.compute_features(target, small, (1, 2, 3))
-    assert safetensors.torch.load(files[tf.FILE])["states"].dtype == torch.float16
-    monkeypatch.setattr(tf, "FP16_MAX", metrics["max_abs"] / 2)  # as if the states held a massive activation
     files, _ = tf.compute_features(target, small, (1, 2, 3))
-    assert safetensors.torch.load(files[tf.FILE])["states"].dtype == torch.float32
+    stored = safetensors.torch.load(files[tf.FILE])
+    assert {k: t.dtype for k, t in stored.items()} == {f"hidden_states.{i}": torch.float16 for i in (1, 2, 3, 4)}
+    peaks = {i: stored[f"hidden_states.{i}"].float().abs().max().item() for i in (1, 2, 3, 4)}
+    big, small_layer = max(peaks, key=peaks.get), min(peaks, key=peaks.get)
+    assert peaks[big] > peaks[small_layer]
+    # as if one layer held a massive activation: that layer alone goes to float32
+    monkeypatch.setattr(tf, "FP16_MAX", (peaks[big] + peaks[small_layer]) / 2)
+    together = safetensors.torch.load(tf.compute_features(target, small, (1, 2, 3))[0][tf.FILE])
+    assert together[f"hidden_states.{big}"].dtype == torch.float32
+    assert together[f"hidden_states.{small_layer}"].dtype == torch.float16
+    # a layer's values do not depend on the layers computed beside it (a drafter's training reads
+    # the shared pass as it would read a pass of its own layers)
+    alone = safetensors.torch.load(tf.compute_features(target, small, (small_layer,))[0][tf.FILE])
+    assert torch.equal(alone[f"hidden_states.{small_layer}"], together[f"hidden_states.{small_layer}"])
