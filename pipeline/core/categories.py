@@ -27,16 +27,18 @@ class CategoryRows:
 
 def split_by_category(measured, index: int = 0) -> list[CategoryRows]:
     """Curve `index` of a Measured result, split by its prompts' categories (sorted by name);
-    [] when the prompts carry no categories."""
+    [] when the prompts carry no categories. A curve of fewer prompts (a diagnostic condition's,
+    evaluation.diagnostic_prompts) ran the first of them."""
     if not measured.categories:
         return []
     part = measured.curves[index]
     base, rows, walks = part.curve, part.per_prompt, part.walks
-    if len(measured.categories) != len(rows):
+    if len(measured.categories) < len(rows):
         raise ValueError(f"{len(measured.categories)} prompt categories for {len(rows)} measured prompts")
+    categories = measured.categories[: len(rows)]
     out = []
-    for category in sorted(set(measured.categories)):
-        mine = [i for i, c in enumerate(measured.categories) if c == category]
+    for category in sorted(set(categories)):
+        mine = [i for i, c in enumerate(categories) if c == category]
         cat_rows = tuple(rows[i] for i in mine)
         cat_walks = tuple(walks[i] for i in mine) if walks else ()
         curve = curve_from_prompt_rows(

@@ -164,6 +164,14 @@ class Evaluation(Strict):
     continuation_len: int = Count(32, le=MAX_TOKENS, description="target-generated tokens; one chain starts at each")
     corpus: Corpus = "stdlib"
     conditions: list[Condition] = Field(["default"], min_length=1, max_length=64)
+    diagnostic_prompts: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_PROMPTS,
+        description="prompts under each condition after the first: the first of its num_prompts "
+        "(None: all of them); the depth is chosen and predicted on the first condition, so it can "
+        "take more prompts than the diagnostic ones",
+    )
     long_context_len: int = Count(
         512, ge=16, le=MAX_TOKENS, description="prompt tokens under the long_context condition"
     )
@@ -210,9 +218,20 @@ class Evaluation(Strict):
             )
         if len(set(self.conditions)) != len(self.conditions):
             raise ValueError("conditions: each condition once")
+        if self.diagnostic_prompts is not None and self.diagnostic_prompts > self.num_prompts:
+            raise ValueError(
+                f"diagnostic_prompts: {self.diagnostic_prompts} is more than num_prompts {self.num_prompts}; "
+                "the diagnostic conditions run the first of the first condition's prompts"
+            )
         if len(set(self.temperatures)) != len(self.temperatures):
             raise ValueError(f"temperatures: each temperature once, got {self.temperatures}")
         return self
+
+    def prompts_under(self, condition_index: int) -> int:
+        """How many prompts condition `condition_index` (its place in `conditions`) runs."""
+        if condition_index == 0 or self.diagnostic_prompts is None:
+            return self.num_prompts
+        return self.diagnostic_prompts
 
 
 class CostTiming(Strict):

@@ -110,12 +110,12 @@ def measure_curves(*, target, drafter, family, tokenizer, evaluation, seed: int)
     first past evaluation.tree_topk; none when tree_topk is 0. `family` (workers/drafters/registry.py)
     drafts the chains of `drafter`; `evaluation` is the spec's evaluation section."""
     results = []
-    for condition in evaluation.conditions:
+    for index, condition in enumerate(evaluation.conditions):
         prompts = build_prompts(
             tokenizer,
             corpus=evaluation.corpus,
             condition=condition,
-            num_prompts=evaluation.num_prompts,
+            num_prompts=evaluation.prompts_under(index),
             prompt_len=evaluation.prompt_len,
             long_context_len=evaluation.long_context_len,
             seed=seed,

@@ -207,5 +207,10 @@ def test_a_categorys_curve_is_its_prompts_measured_alone():
     part = next(p for p in split_by_category(measured) if p.category == "code")
     assert choices["code"][1] == choose_depth(part.curve, 0.05, per_prompt=part.per_prompt, walks=part.walks, seed=0)
     assert category_curves(_measured([code[0]], ())) == ()
-    with pytest.raises(ValueError, match="2 prompt categories for 1 measured prompts"):
-        split_by_category(_measured([code[0]], ("a", "b")))
+    with pytest.raises(ValueError, match="1 prompt categories for 2 measured prompts"):
+        split_by_category(_measured([code[0], chat[0]], ("a",)))
+    # a diagnostic condition's curve ran the first of the prompts (evaluation.diagnostic_prompts)
+    fewer = _measured([code[0], chat[0]], ())
+    both = Measured(curves=(*measured.curves, *fewer.curves), categories=measured.categories)
+    parts = {p.category: p for p in split_by_category(both, 1)}
+    assert {c: p.curve.num_chains for c, p in parts.items()} == {"code": len(code[0]), "chat": len(chat[0])}

@@ -144,6 +144,24 @@ def test_greedy_curve_matches_decoding_and_is_consistent(tiny_target, tiny_draft
     assert 0.0 < curve.survival[0] <= 1.0
 
 
+def test_diagnostic_conditions_run_the_first_of_the_primary_prompts(tiny_target, tiny_drafters):
+    target, tokenizer, _ = tiny_target
+    drafter, _ = tiny_drafters["pre"]
+    fewer = EVAL.model_copy(update={"conditions": ["default", "long_context"], "diagnostic_prompts": 2})
+    primary, diagnostic = measure_curves(
+        target=target, drafter=drafter, family=family_of("eagle3"), tokenizer=tokenizer, evaluation=fewer, seed=0
+    )
+    assert [len(primary[2]), len(diagnostic[2])] == [6, 2]  # per-prompt rows
+    assert primary[0].num_chains == 6 * EVAL.continuation_len and diagnostic[0].num_chains == 2 * 10
+    two = fewer.model_copy(update={"num_prompts": 2, "diagnostic_prompts": None})
+    alone = measure_curves(
+        target=target, drafter=drafter, family=family_of("eagle3"), tokenizer=tokenizer, evaluation=two, seed=0
+    )
+    assert alone[1][2] == diagnostic[2] and alone[0][2] == primary[2][:2]  # the same two prompts
+    with pytest.raises(ValueError, match="diagnostic_prompts: 7 is more than num_prompts 6"):
+        Evaluation(**{**EVAL.model_dump(), "diagnostic_prompts": 7})
+
+
 def test_identical_drafter_accepts_everything():
     """A 'drafter' that is the target itself: the verify pass must accept every draft."""
     from pipeline.core.acceptance import curve_from_accepted
