@@ -85,6 +85,11 @@ def build_plan(
     ):
         """named: the inputs its hash names where they differ from those it reads (`deps`)."""
         res = spec.resources_for(kind)
+        if res.workers > 1:  # a group of Ray Train workers, each given what the resources say; the
+            # job's own task only starts it and waits (pipeline/run/ray_cluster.py)
+            group = res.model_dump(include={"workers", "sharding", "num_cpus", "num_gpus", "accelerator_type"})
+            fields = {**fields, "group": group}
+            res = res.model_copy(update={"num_cpus": 0, "num_gpus": 0, "accelerator_type": None})
         config, h = identity(kind, fields, deps)
         if named is not None:
             h = job_hash(kind, config.hashed(), named, version(job_kind(kind).code_of(config)))

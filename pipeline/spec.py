@@ -105,6 +105,27 @@ class ExperimentSpec(Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _workers_share_the_batch(self):
+        for kind, r in self.resources.items():
+            if r.workers > 1 and kind != "train_drafter":
+                raise ValueError(f"resources.{kind}.workers: only train_drafter jobs run on several workers")
+        n = self.resources_for("train_drafter").workers
+        for i, d in enumerate(self.drafters if n > 1 else ()):
+            if not d.trained_here:
+                continue
+            if d.kind == "standalone":
+                raise ValueError(
+                    f"resources.train_drafter.workers: drafters[{i}] ({d.name}) is a standalone draft model, "
+                    "trained in one process; give it a spec of its own with workers: 1"
+                )
+            if d.train.batch_size % n:
+                raise ValueError(
+                    f"drafters[{i}].train.batch_size: {d.train.batch_size} rows do not split over the "
+                    f"{n} workers of resources.train_drafter; use a multiple of {n}"
+                )
+        return self
+
     def evaluation_for(self, drafter: DrafterSpec) -> Evaluation:
         """The evaluation of a pairing with `drafter`: the spec's, measured no deeper than the drafter
         drafts. A DFlash drafter drafts at most block_size - 1 tokens a pass, so its curve, cost table,

@@ -97,12 +97,29 @@ class TargetFeaturesConfig(JobConfig):
     unhashed: ClassVar[dict] = {"target": {"name"}}
 
 
+class WorkerGroup(Contract):
+    """A training job on a group of Ray Train workers (workers/runtime/ray_train.py): how many, how
+    the drafter is spread over them, and what each one is given."""
+
+    workers: int
+    sharding: str  # "ddp" | "fsdp"
+    num_cpus: float  # each worker's
+    num_gpus: float
+    accelerator_type: str | None = None
+
+
 class TrainDrafterConfig(JobConfig):
     target: TargetRef
     drafter: DrafterSpec
     device: str
-    # how a DFlash drafter is run (block_drafting) and a later stage (distill) do not change this training
-    unhashed: ClassVar[dict] = {"target": {"name"}, "drafter": {"name", "block_drafting", "distill"}}
+    group: WorkerGroup | None = None  # None: one process, the job's own
+    # how a DFlash drafter is run (block_drafting) and a later stage (distill) do not change this
+    # training; a group's worker count and sharding do (workers/runtime/replicas.py), not what each has
+    unhashed: ClassVar[dict] = {
+        "target": {"name"},
+        "drafter": {"name", "block_drafting", "distill"},
+        "group": {"num_cpus", "num_gpus", "accelerator_type"},
+    }
 
 
 class DistillDrafterConfig(JobConfig):

@@ -410,9 +410,23 @@ class Resources(Strict):
         description="Ray's accelerator type (H100, A100, L4 ...): the GPU model "
         "jobs of this kind run on; part of a timing job's identity",
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="train_drafter only: Ray Train workers training one drafter together, each with "
+        "num_cpus and num_gpus (more than 1: a TorchTrainer group; part of the job's identity)",
+    )
+    sharding: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="with workers > 1: ddp replicates the drafter on every worker; fsdp shards its "
+        "parameters, gradients and optimizer state over them (FSDP2)",
+    )
 
     @model_validator(mode="after")
     def _accelerator_needs_gpus(self):
         if self.accelerator_type is not None and self.num_gpus <= 0:
             raise ValueError(f"accelerator_type {self.accelerator_type} needs num_gpus > 0")
+        if "sharding" in self.model_fields_set and self.workers == 1:
+            raise ValueError(f"sharding: {self.sharding} shards over several workers; set workers > 1")
         return self

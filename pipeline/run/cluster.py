@@ -12,7 +12,11 @@ from pipeline.plan import Job
 class Cluster(Protocol):
     address: str
 
-    def check_resources(self, requests: dict[str, tuple[float, float, str | None]]) -> str: ...
+    # kind -> (cpus, gpus, accelerator) of one job (of one worker, for a kind run on groups);
+    # groups: kind -> workers, for the kinds run on groups of workers
+    def check_resources(
+        self, requests: dict[str, tuple[float, float, str | None]], groups: dict | None = None
+    ) -> str: ...
     # deps: input name -> ref; checkpoints: the store the job puts its files in (pipeline/core/artifacts.py);
     # returns the result's ref
     def submit(self, job: Job, deps: dict, checkpoints: str): ...

@@ -110,11 +110,7 @@ def run_plan(
     to_run = [j for j in plan.jobs if j.hash not in reusable and j.hash not in kept]
     cl = connect() if to_run else None  # nothing to run: no cluster needed
     try:
-        about = (
-            cl.check_resources({j.kind: (j.num_cpus, j.num_gpus, j.accelerator_type) for j in to_run})
-            if cl is not None
-            else "no cluster needed"
-        )
+        about = cl.check_resources(*_requests(to_run)) if cl is not None else "no cluster needed"
         elsewhere = cl.elsewhere() if cl is not None else 0
         if elsewhere and not given and not tracker.is_server():
             raise UserError(unshared(elsewhere, "this machine's work directory"))
@@ -404,3 +400,16 @@ def _one_line(exc: BaseException) -> str:
     text = str(cause).strip().splitlines()
     last = next((line for line in reversed(text) if line.strip()), type(cause).__name__)
     return mask_secrets(f"{type(cause).__name__}: {last.strip()}")[:500]  # stored, logged and printed
+
+
+def _requests(jobs) -> tuple[dict, dict]:
+    """What each kind asks of one node (a group's: each worker's) and the kinds run on groups of workers."""
+    requests, groups = {}, {}
+    for j in jobs:
+        group = getattr(j.config, "group", None)
+        if group is None:
+            requests[j.kind] = (j.num_cpus, j.num_gpus, j.accelerator_type)
+        else:
+            requests[j.kind] = (group.num_cpus, group.num_gpus, group.accelerator_type)
+            groups[j.kind] = max(groups.get(j.kind, 0), group.workers)
+    return requests, groups

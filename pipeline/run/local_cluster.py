@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pipeline.errors import ResourceError
 from pipeline.run.resources import fit_on_nodes
 
 
@@ -56,7 +57,12 @@ class LocalCluster:
         self.board: dict[str, dict] = {}
         self.closed = False
 
-    def check_resources(self, requests: dict[str, tuple[float, float, str | None]]) -> str:
+    def check_resources(self, requests: dict[str, tuple[float, float, str | None]], groups: dict | None = None) -> str:
+        for kind in sorted(groups or {}):
+            raise ResourceError(
+                f"resources.{kind}.workers: a group of workers trains on Ray (Ray Train); this "
+                "in-process cluster runs one job at a time in one process: set workers: 1"
+            )
         return fit_on_nodes(requests, [{"CPU": self.cpus, "GPU": self.gpus}])
 
     def submit(self, job, deps: dict, checkpoints: str) -> LocalRef:

@@ -163,8 +163,8 @@ class RayCluster:
         if self.started_here and ray.is_initialized():
             ray.shutdown()
 
-    def check_resources(self, requests: dict[str, tuple[float, float, str | None]]) -> str:
-        return check_resources(requests)
+    def check_resources(self, requests: dict[str, tuple[float, float, str | None]], groups: dict | None = None) -> str:
+        return check_resources(requests, groups)
 
 
 def connect(address: str | None, runtime_env: dict | None = None) -> RayCluster:
@@ -247,10 +247,11 @@ def _run_token() -> None:
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 
-def check_resources(requests: dict[str, tuple[float, float, str | None]]) -> str:
-    """Refuse requests no single alive node, nor any node the autoscaler can add, can satisfy (Ray
-    would wait forever for them)."""
-    return fit_on_nodes(requests, [n["Resources"] for n in ray.nodes() if n.get("Alive")], autoscaler_node_types())
+def check_resources(requests: dict[str, tuple[float, float, str | None]], groups: dict | None = None) -> str:
+    """Refuse requests no single alive node, nor any node the autoscaler can add, can satisfy, and
+    groups of workers the nodes cannot hold at once (Ray would wait forever for them)."""
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    return fit_on_nodes(requests, nodes, autoscaler_node_types(), groups)
 
 
 def autoscaler_node_types() -> list[dict] | None:

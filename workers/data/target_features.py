@@ -113,13 +113,15 @@ class FeatureBatches:
         other.split = "heldout"
         return other
 
-    def sample(self, batch_size: int, seq_len: int, gen: torch.Generator, device, vocab=None):
+    def sample(self, batch_size: int, seq_len: int, gen: torch.Generator, device, vocab=None, part=None):
         """(ids [B, T], streams [B, T, d] float32 each, target logits [B, T, V] float32, loss mask [B, T]).
 
         vocab: target ids to compute logits for (a drafter's draft vocabulary), in that order; all
-        when None. The head over 8k of SmolLM2's 49k ids is a sixth of the work.
+        when None. The head over 8k of SmolLM2's 49k ids is a sixth of the work. part: the rows of
+        the batch to return (one worker's share of a batch drawn alike by every worker).
         """
         rows = self.text.scored_rows(self.split, batch_size, seq_len, gen)  # [B, T]
+        rows = rows if part is None else rows[part]
         states = self.states[rows].to(device=device, dtype=torch.float32)  # [B, T, L, d]
         streams = [states[:, :, c] for c in self.columns]
         logits = self.head.select(vocab)(states[:, :, self.final])

@@ -19,6 +19,7 @@ from workers.data.target_features import FeatureBatches
 from workers.data.tokenizer import sample_windows, token_stream
 from workers.models.features import HeadRows, target_pass
 from workers.runtime.lr_schedule import warmup_cosine_lr
+from workers.runtime.replicas import ONE_PROCESS, LossModule, Replicas, Resume
 
 
 class CorpusBatches:
@@ -30,10 +31,12 @@ class CorpusBatches:
         self.bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else 0
         self.aligned = corpus == "chat"  # chat windows start at a sample's BOS, as the target saw them
 
-    def sample(self, batch_size: int, seq_len: int, gen: torch.Generator, device, vocab=None):
+    def sample(self, batch_size: int, seq_len: int, gen: torch.Generator, device, vocab=None, part=None):
         """(ids [B, T], streams, target logits [B, T, V or len(vocab)], loss mask or None); vocab: the
-        target ids to compute logits for (a drafter's draft vocabulary), all when None."""
-        ids = sample_windows(self.stream, batch_size, seq_len, self.bos, gen, self.aligned).to(device)
+        target ids to compute logits for (a drafter's draft vocabulary), all when None. part: the rows
+        of the batch to return (one worker's share); the target runs on those only."""
+        ids = sample_windows(self.stream, batch_size, seq_len, self.bos, gen, self.aligned)
+        ids = (ids if part is None else ids[part]).to(device)
         streams, logits = target_pass(self.target, ids, self.capture, self.head.select(vocab))
         return ids, streams, logits, None
 
@@ -75,27 +78,54 @@ def optimizer_step(opt, params, loss) -> float:
     return loss.item()
 
 
-def fit(drafter, batches, val, train, loss_of, *, seed: int, device, progress=None, vocab=None) -> dict:
+def fit(
+    drafter,
+    batches,
+    val,
+    train,
+    loss_of,
+    *,
+    seed: int,
+    device,
+    progress=None,
+    vocab=None,
+    replicas: Replicas = ONE_PROCESS,
+    resume: Resume | None = None,
+    draws: tuple[torch.Generator, ...] = (),
+) -> dict:
     """Train `drafter` in place for train.steps steps of `loss_of(drafter, ids, streams, target
     logits, mask) -> (loss, top-1 agreement per step)`. vocab: the target ids whose logits the loss
-    needs (a draft vocabulary), all when None.
+    needs (a draft vocabulary), all when None. replicas: this process's place in a group of
+    workers training it together (workers/runtime/replicas.py); resume: where a group's run reports
+    its state and finds the state of a run it continues (every worker calls fit alike); draws: the
+    generators the loss draws from besides the batches', saved and restored with that state.
     Returns the metrics: last training loss, held-out loss, each step's held-out top-1 agreement
     (val_top1_step<s>), seconds and tokens seen."""
-    params = [p for p in drafter.parameters() if p.requires_grad]
+    work = replicas.working_copy(drafter)  # the drafter itself, or (sharded) a copy the group shards
+    model = replicas.wrap(LossModule(work, loss_of))
+    params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=train.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
-    steps, t0, loss_v = train.steps, time.perf_counter(), float("nan")
-    drafter.train()
-    for step in range(steps):
+    steps, t0, loss_v, first = train.steps, time.perf_counter(), float("nan"), 0
+    if resume is not None:
+        first = resume.restore(model, opt, (gen, *draws))  # the step after the last one reported, 0 for a new run
+    model.train()
+    for step in range(first, steps):
         lr = warmup_cosine_lr(train.lr, step, steps, warmup=10, decay_during_warmup=True)
         for group in opt.param_groups:
             group["lr"] = lr
-        ids, streams, logits, mask = batches.sample(train.batch_size, train.seq_len, gen, device, vocab)
-        loss, _ = loss_of(drafter, ids, streams, logits, mask)
+        ids, streams, logits, mask = batches.sample(
+            train.batch_size, train.seq_len, gen, device, vocab, part=replicas.part
+        )
+        loss, _ = model(ids, streams, logits, mask)
         loss_v = optimizer_step(opt, params, loss)
         if progress is not None:
             progress(step + 1, steps, loss_v)
+        if resume is not None:
+            resume.report(step + 1, steps, model, opt, (gen, *draws), replicas.rank)
     seconds = time.perf_counter() - t0
+    replicas.copy_back(model, work, drafter)
+    loss_v = replicas.mean(loss_v)
     drafter.eval()
     with torch.no_grad():
         ids, streams, logits, mask = val.sample(16, train.seq_len, gen, device, vocab)

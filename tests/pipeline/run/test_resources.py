@@ -177,3 +177,67 @@ def test_a_request_an_autoscaler_can_meet_is_not_refused():
         fit_on_nodes(
             {"profile_cost": (4, 1, "H100")}, [{"CPU": 16.0, "accelerator_type:H100": 1.0}, {"CPU": 2.0, "GPU": 1.0}]
         )
+
+
+def test_a_group_of_workers_must_fit_the_nodes_at_once():
+    group = {"train_drafter": (4, 1, None)}  # each worker: 4 CPUs and a GPU
+    assert fit_on_nodes(group, NODES, groups={"train_drafter": 6}).startswith("2 node(s)")  # 4 + 2 workers
+    with pytest.raises(
+        ResourceError,
+        match=r"resources.train_drafter.workers: 7 workers of 4 CPU\(s\) and 1 GPU\(s\) each, but the nodes "
+        r"hold 6 at once",
+    ):
+        fit_on_nodes(group, NODES, groups={"train_drafter": 7})
+    # an autoscaler that adds 8-GPU nodes can hold them
+    assert "autoscaler" in fit_on_nodes(group, NODES, [{"CPU": 32, "GPU": 8}], groups={"train_drafter": 7})
+
+
+def _group_spec(resources: dict, batch_size: int = 8, kind: str = "eagle3") -> str:
+    drafter = {"name": "d", "kind": kind}
+    drafter.update({"builtin": {}} if kind == "standalone" else {"train": {"batch_size": batch_size}})
+    return yaml.safe_dump(
+        {
+            "name": "a",
+            "targets": [{"name": "t", "builtin": {}}],
+            "drafters": [drafter],
+            "resources": resources,
+        }
+    )
+
+
+def test_a_drafter_trained_by_a_group_names_its_workers_and_sharding_but_not_what_each_has():
+    def job(resources):
+        (train,) = [j for j in build_plan(parse_spec(_group_spec(resources)), "v").jobs if j.kind == "train_drafter"]
+        return train
+
+    one = job({})
+    ddp = job({"train_drafter": {"workers": 2, "num_cpus": 1}})
+    wider = job({"train_drafter": {"workers": 2, "num_cpus": 3}})
+    fsdp = job({"train_drafter": {"workers": 2, "num_cpus": 1, "sharding": "fsdp"}})
+    four = job({"train_drafter": {"workers": 4, "num_cpus": 1}})
+    assert one.config.group is None and (ddp.config.group.workers, ddp.config.group.sharding) == (2, "ddp")
+    assert len({one.hash, ddp.hash, fsdp.hash, four.hash}) == 4 and wider.hash == ddp.hash
+    # the job's own task holds nothing: its workers hold what the resources give each
+    assert (ddp.num_cpus, ddp.num_gpus) == (0, 0) and ddp.config.group.num_cpus == 1
+
+
+@pytest.mark.parametrize(
+    "resources,extra,message",
+    [
+        ({"measure_curve": {"workers": 2}}, {}, "resources.measure_curve.workers: only train_drafter jobs run on"),
+        ({"train_drafter": {"workers": 3}}, {}, "drafters[0].train.batch_size: 8 rows do not split over the 3"),
+        ({"train_drafter": {"workers": 2}}, {"kind": "standalone"}, "drafters[0] (d) is a standalone draft model"),
+        ({"train_drafter": {"sharding": "fsdp"}}, {}, "sharding: fsdp shards over several workers; set workers > 1"),
+    ],
+)
+def test_a_group_the_spec_cannot_run_is_refused_in_one_line(resources, extra, message):
+    with pytest.raises(SpecError) as info:
+        parse_spec(_group_spec(resources, **extra))
+    assert any(message in m for m in info.value.messages), info.value.messages
+
+
+def test_the_in_process_cluster_refuses_a_group():
+    from pipeline.run.local_cluster import LocalCluster
+
+    with pytest.raises(ResourceError, match="resources.train_drafter.workers: a group of workers trains on Ray"):
+        LocalCluster(cpus=2).check_resources({"train_drafter": (1, 0, None)}, {"train_drafter": 2})

@@ -20,6 +20,7 @@ from workers.drafters.dflash.checkpoint import save_dflash
 from workers.drafters.dflash.model import DFlashConfig, DFlashDrafter, drafter_from_target
 from workers.drafters.target_layers import spread_layer_ids
 from workers.drafters.training import fit, training_sources
+from workers.runtime.replicas import ONE_PROCESS, Replicas, Resume
 
 
 def dflash_config_for(
@@ -82,7 +83,19 @@ def block_loss(drafter: DFlashDrafter, ids, streams, target_logits, mask, *, anc
     return loss, agree
 
 
-def train_dflash(*, target, tokenizer, spec, seed: int, device, progress=None, data=None, features=None):
+def train_dflash(
+    *,
+    target,
+    tokenizer,
+    spec,
+    seed: int,
+    device,
+    progress=None,
+    data=None,
+    features=None,
+    replicas: Replicas = ONE_PROCESS,
+    resume: Resume | None = None,
+):
     """spec: the drafter's spec entry (layers, block_size, target_layer_ids, loss_decay, `train`);
     data, features: the target's regenerated text and its states, for `train.corpus: regenerated`.
     Returns (files, metrics)."""
@@ -107,6 +120,18 @@ def train_dflash(*, target, tokenizer, spec, seed: int, device, progress=None, d
         anchors = random_anchors(ids.shape[1], cfg.block_size, train.anchors, gen)
         return block_loss(d, ids, streams, logits, mask, anchors=anchors, weights=weights)
 
-    metrics = fit(drafter, batches, val, train, loss_of, seed=seed, device=device, progress=progress)
+    metrics = fit(
+        drafter,
+        batches,
+        val,
+        train,
+        loss_of,
+        seed=seed,
+        device=device,
+        progress=progress,
+        replicas=replicas,
+        resume=resume,
+        draws=(gen,),
+    )
     metrics["data_tokens"] = data_tokens
     return save_dflash(drafter, next(target.parameters()).dtype), metrics

@@ -15,6 +15,7 @@ from workers.drafters.eagle3.checkpoint import save_eagle3
 from workers.drafters.eagle3.model import DrafterConfig, drafter_from_target
 from workers.drafters.target_layers import capture_layers
 from workers.drafters.training import fit, training_sources
+from workers.runtime.replicas import ONE_PROCESS, Replicas, Resume
 
 TTT_DECAY = 0.8
 
@@ -54,7 +55,19 @@ def most_frequent(stream: torch.Tensor, vocab: int, n: int) -> torch.Tensor:
     return torch.sort(torch.topk(counts, n).indices).values
 
 
-def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None, data=None, features=None):
+def train_eagle3(
+    *,
+    target,
+    tokenizer,
+    spec,
+    seed: int,
+    device,
+    progress=None,
+    data=None,
+    features=None,
+    replicas: Replicas = ONE_PROCESS,
+    resume: Resume | None = None,
+):
     """spec: the drafter's spec entry (its variant switches and `train` section); data, features:
     the target's regenerated text and its states (Dataset results), for `train.corpus: regenerated`.
     Returns (files, metrics)."""
@@ -83,6 +96,8 @@ def train_eagle3(*, target, tokenizer, spec, seed: int, device, progress=None, d
         device=device,
         progress=progress,
         vocab=vocab,
+        replicas=replicas,
+        resume=resume,
     )
     metrics["data_tokens"] = data_tokens
     return save_eagle3(drafter, next(target.parameters()).dtype), metrics  # stored in the dtype it runs in

@@ -19,6 +19,7 @@ from workers.drafters.chain.model import shape_of
 from workers.drafters.mtp.checkpoint import save_mtp
 from workers.drafters.mtp.model import MtpConfig, head_from_target
 from workers.drafters.training import fit, training_sources
+from workers.runtime.replicas import ONE_PROCESS, Replicas, Resume
 
 RECURSIVE_DECAY = 0.6
 
@@ -35,7 +36,19 @@ def step_weights(recipe: str, steps: int) -> list[float]:
     return [w / sum(weights) for w in weights]
 
 
-def train_mtp(*, target, tokenizer, spec, seed: int, device, progress=None, data=None, features=None):
+def train_mtp(
+    *,
+    target,
+    tokenizer,
+    spec,
+    seed: int,
+    device,
+    progress=None,
+    data=None,
+    features=None,
+    replicas: Replicas = ONE_PROCESS,
+    resume: Resume | None = None,
+):
     """spec: the head's spec entry (recipe, norm, `train` section); data, features: the target's
     regenerated text and its states, for `train.corpus: regenerated`. Returns (files, metrics)."""
     torch.manual_seed(seed)
@@ -44,6 +57,18 @@ def train_mtp(*, target, tokenizer, spec, seed: int, device, progress=None, data
     batches, val, _, data_tokens = training_sources(target, tokenizer, train, cfg.capture_layers, data, features)
     head = head_from_target(target, cfg).to(device)
     weights = step_weights(spec.recipe, train.ttt_depth)
-    metrics = fit(head, batches, val, train, weighted_chain_loss(weights), seed=seed, device=device, progress=progress)
+    loss_of = weighted_chain_loss(weights)
+    metrics = fit(
+        head,
+        batches,
+        val,
+        train,
+        loss_of,
+        seed=seed,
+        device=device,
+        progress=progress,
+        replicas=replicas,
+        resume=resume,
+    )
     metrics["data_tokens"] = data_tokens
     return save_mtp(head, next(target.parameters()).dtype), metrics  # stored in the dtype it runs in
