@@ -23,7 +23,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class FamilyEntry:
     family: str  # "module:class" of the family object
-    trainer: str  # "module:function(*, target, tokenizer, spec, seed, device, progress, data, features)"
+    # "module:function(*, target, tokenizer, spec, seed, device, progress, data, features, replicas, resume)"
+    trainer: str
 
     @property
     def trainer_module(self) -> str:
