@@ -82,9 +82,24 @@ class ExperimentSpec(Strict):
         return self
 
     @model_validator(mode="after")
+    def _validated_on_the_curves_prompts(self):
+        validation, curve = self.validation, self.evaluation.num_prompts
+        if validation is not None and validation.prompts == "curve" and validation.num_prompts > curve:
+            raise ValueError(
+                f"validation.num_prompts: {validation.num_prompts} of the curve's prompts, but it measured "
+                f"{curve} (evaluation.num_prompts); validate on at most {curve}, or on held-out prompts"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _validation_prompts_fit(self):
         prompts, validation = self.evaluation.prompts, self.validation
-        if prompts is not None and validation is not None and prompts.conversations is not None:
+        if (
+            prompts is not None
+            and validation is not None
+            and validation.prompts == "heldout"
+            and prompts.conversations is not None
+        ):
             need = self.evaluation.num_prompts + validation.num_prompts
             if prompts.conversations < need:
                 raise ValueError(

@@ -94,6 +94,7 @@ def prediction_checks(
     measured_speedup: Sequence[float],
     engine_accept_len: Sequence[float],
     sample_prompts: int,
+    same_prompts: bool = False,
     timing_sigma: float = 0.0,
     level: float = 0.9,
     n_boot: int = 1000,
@@ -105,13 +106,19 @@ def prediction_checks(
     Tokens per pass are the ones the choice used (a decoder's walk when the curve has one);
     pass_cost[k] is the pass at depth k in plain decode steps, as the choice costed it.
     timing_sigma: how far (in log terms) the validation's pass cost scatters around the profile's
-    (pipeline/core/timing_noise.py); each replicate's pass cost at k >= 1 is moved by a draw of it."""
+    (pipeline/core/timing_noise.py); each replicate's pass cost at k >= 1 is moved by a draw of it.
+    same_prompts: the validation decoded the first `sample_prompts` of the curve's own prompts
+    (`validation.prompts: curve`): the prediction is those prompts' tokens per pass, and only the
+    timing moves it."""
     decode = bool(curve.decode_accept_len)
     tokens = curve.decode_accept_len if decode else curve.accept_len
     rows, pool = (walks, walk_accept_len) if decode else (per_prompt, _pooled_rows)
+    if same_prompts and rows and 0 < sample_prompts < len(rows):
+        rows = rows[:sample_prompts]
+        tokens = pool(rows)
     depths = min(len(tokens), len(pass_cost), len(measured_speedup))
-    if (rows and len(rows) >= 2) or timing_sigma > 0:
-        if rows and len(rows) >= 2:
+    if (rows and len(rows) >= 2 and not same_prompts) or timing_sigma > 0:
+        if rows and len(rows) >= 2 and not same_prompts:
             boots = predictive_tokens(rows, pool, sample_prompts=sample_prompts, n_boot=n_boot, seed=seed)
         else:
             boots = [list(tokens)] * n_boot

@@ -315,7 +315,13 @@ class TimedPrompts(Strict):
 class Validation(Strict):
     """Run the real speculative engine at every depth and compare with the predicted speedup."""
 
-    num_prompts: int = Count(8, le=MAX_PROMPTS, description="held-out prompts decoded at every depth k = 0..max_depth")
+    num_prompts: int = Count(8, le=MAX_PROMPTS, description="prompts decoded at every depth k = 0..max_depth")
+    prompts: Literal["heldout", "curve"] = Field(
+        "heldout",
+        description="heldout: prompts the curve never saw (how the choice carries to new prompts); "
+        "curve: the first of the curve's own primary prompts, so the check holds the speedup model "
+        "to the engine on the text it was measured on (the prompt sample's spread drops out)",
+    )
     new_tokens: int | None = Count(
         None,
         ge=2,

@@ -45,6 +45,7 @@ class PairingResults:
     drafter_kind: str | None = None  # the drafter spec's kind (eagle3, standalone), where a job's config holds it
     drafter_block_size: int | None = None  # a DFlash drafter's trained block (its spec's block_size)
     held_out_prompts: int | None = None  # the prompts the speedup and serving checks decoded (validation.num_prompts)
+    validated_on_curve: bool = False  # those were the first of the curve's own prompts (validation.prompts: curve)
 
     @property
     def label(self) -> str:
@@ -159,6 +160,7 @@ def _read_config(pairing: PairingResults, config: dict) -> None:
     validation = config.get("validation")
     if isinstance(validation, dict) and validation.get("num_prompts"):
         pairing.held_out_prompts = validation["num_prompts"]
+        pairing.validated_on_curve = validation.get("prompts") == "curve"
 
 
 def member_name(ref) -> str:

@@ -32,6 +32,7 @@ def pairing_checks(pairing) -> list[PredictionCheck]:
         measured_speedup=check.measured_speedup,
         engine_accept_len=check.engine_accept_len,
         sample_prompts=pairing.held_out_prompts or 0,
+        same_prompts=pairing.validated_on_curve,
         timing_sigma=prediction_sigma(pairing.profiled.cost.pass_ms_blocks) if pairing.profiled else 0.0,
         level=LEVEL,
         seed=pairing.jobs.get("select_depth", {}).get("seed", 0),
@@ -51,7 +52,12 @@ def prediction_table(pairings) -> ReportTable | None:
             continue
         check = p.validated.speedup_check
         c = checks[check.chosen_depth]
-        sample = f"{p.held_out_prompts} prompts" if p.held_out_prompts else "the curve's prompts"
+        if not p.held_out_prompts:
+            sample = "the curve's prompts"
+        elif p.validated_on_curve:
+            sample = f"the curve's first {p.held_out_prompts} prompts"
+        else:
+            sample = f"{p.held_out_prompts} prompts"
         rows.append(
             (
                 p.label,

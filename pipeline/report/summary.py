@@ -146,7 +146,8 @@ def _shares(check) -> str:
 def gain_sentence(pairing) -> str:
     """The speedup over plain decoding predicted for what is served, and what the engines measured."""
     selected, check = pairing.selected, pairing.validated.speedup_check if pairing.validated else None
-    prompts = f" on {counted(pairing.held_out_prompts, 'held-out prompt')}" if pairing.held_out_prompts else ""
+    kind = "of the curve's prompt" if pairing.validated_on_curve else "held-out prompt"
+    prompts = f" on {counted(pairing.held_out_prompts, kind)}" if pairing.held_out_prompts else ""
     if not speculates(selected):
         text = "Gain: none; plain decoding is predicted fastest."
         if check is not None and check.best_measured_depth != 0:

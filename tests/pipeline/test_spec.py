@@ -75,6 +75,16 @@ def test_quickstart_is_valid():
             "validation.new_tokens",
             4,
         ),
+        (  # validating on more of the curve's prompts than it measured
+            ("name: ok\n", "name: ok\nevaluation: {num_prompts: 4}\nvalidation:\n  num_prompts: 8\n  prompts: curve\n"),
+            "validation.num_prompts",
+            4,
+        ),
+        (
+            ("name: ok\n", "name: ok\nevaluation: {num_prompts: 4, diagnostic_prompts: 8}\n"),
+            "evaluation: diagnostic_prompts",
+            2,
+        ),
     ],
 )
 def test_each_error_names_its_field_and_line(change, field, line):

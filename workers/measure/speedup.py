@@ -1,6 +1,6 @@
 """Validation against reality: the real speculative engine timed at every depth k = 0..max_depth.
 
-Held-out prompts that the acceptance curve did not use are decoded at every k (k = 0 is plain
+Prompts of the curve's primary condition (held out, or the curve's own) are decoded at every k (k = 0 is plain
 decoding, the baseline), with the depths rotated from prompt to prompt so that drifts in machine
 speed hit every depth alike.
 Only the decoding after the prompt's pass is timed: the prefill is the same work at every k.
@@ -20,9 +20,9 @@ from workers.measure.decode_timer import time_decoders
 
 
 def validation_prompts(tokenizer, evaluation, validation, seed: int) -> list[torch.Tensor]:
-    """Held-out prompts of the primary condition that the acceptance curve never saw: the curve's
-    draw, continued."""
-    seen = evaluation.num_prompts
+    """Prompts of the primary condition: held out (the curve never saw them: the curve's draw,
+    continued), or the first of the curve's own (`validation.prompts: curve`)."""
+    seen = evaluation.num_prompts if validation.prompts == "heldout" else 0
     return build_prompts(
         tokenizer,
         corpus=evaluation.corpus,

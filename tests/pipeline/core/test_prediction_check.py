@@ -135,3 +135,33 @@ def test_timing_that_moves_between_profile_and_validation_is_in_the_interval():
             covered[name] += check.covered
     assert 0.8 <= covered["with timing"] / trials <= 0.98, covered
     assert covered["without"] / trials < 0.75, covered
+
+
+def test_validated_on_the_curves_own_prompts_the_prediction_is_theirs_and_only_timing_widens_it():
+    rng = random.Random(3)
+    walks = [_prompt_walk(rng) for _ in range(12)]
+    first = walks[:5]
+    engine = walk_accept_len(first)  # the engine decoded the curve's first 5 prompts, as the walk did
+
+    def checks(sigma):
+        return prediction_checks(
+            _curve(walks),
+            walks=walks,
+            per_prompt=(),
+            pass_cost=COST,
+            measured_speedup=[a / c for a, c in zip(engine, COST)],
+            engine_accept_len=engine,
+            sample_prompts=5,
+            same_prompts=True,
+            timing_sigma=sigma,
+            n_boot=300,
+            seed=0,
+        )
+
+    exact = checks(0.0)
+    for c in exact:  # the prediction of those five prompts' text meets the engine on it exactly
+        assert c.predicted == pytest.approx(c.measured) and c.lo == c.hi == c.predicted
+        assert c.acceptance_factor == pytest.approx(1.0)
+    assert exact[DEPTH].predicted != pytest.approx(walk_accept_len(walks)[DEPTH] / COST[DEPTH])  # not all 12
+    timed = checks(0.05)
+    assert timed[DEPTH].lo < timed[DEPTH].predicted < timed[DEPTH].hi and timed[0].lo == timed[0].hi

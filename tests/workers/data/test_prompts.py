@@ -124,8 +124,10 @@ def test_categories_follow_the_prompts_and_validation_draws_others(tmp_path, tem
             prompts=pf,
         ),
     )
-    held = validation_prompts(templated, evaluation, type("V", (), dict(num_prompts=4)), 0)
+    held = validation_prompts(templated, evaluation, type("V", (), dict(num_prompts=4, prompts="heldout")), 0)
     assert len(held) == 4 and not {tuple(p.tolist()) for p in held} & {tuple(p.tolist()) for p in prompts}
+    own = validation_prompts(templated, evaluation, type("V", (), dict(num_prompts=4, prompts="curve")), 0)
+    assert [p.tolist() for p in own] == [p.tolist() for p in prompts[:4]]  # the curve's first four
     assert (
         prompt_categories(None, 8, 0) == ()
         and prompt_categories(prompts_file(tmp_path, [PLAIN_NO_CAT], "n.jsonl"), 1, 0) == ()
