@@ -47,8 +47,8 @@ def _run(workdir: Path, spec: dict, *address: str, env: dict | None = None, back
     return subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
 
 
-def _drafter(workdir: Path, experiment: str) -> tuple[dict, dict]:
-    """(the job's record, the stored drafter's tensors) of the experiment's train_drafter job."""
+def _drafter(workdir: Path, experiment: str) -> tuple[dict, dict, dict]:
+    """(the job's record, the stored drafter's tensors, its result) of the experiment's train_drafter job."""
     store = Store(f"sqlite:///{workdir / '.specfleet' / 'specfleet.db'}")
     try:
         experiment_id = next(e["id"] for e in store.experiments() if e["name"] == experiment)
@@ -61,7 +61,7 @@ def _drafter(workdir: Path, experiment: str) -> tuple[dict, dict]:
     for path in sorted(Path(result["files_uri"]).glob("*.safetensors")):
         tensors.update({f"{path.name}/{k}": v for k, v in safetensors.torch.load_file(path).items()})
     assert tensors
-    return job, tensors
+    return job, tensors, result
 
 
 def _assert_same_drafter(a: dict, b: dict, atol: float = 2e-5) -> None:
@@ -82,8 +82,8 @@ def workdir(tmp_path_factory):
 def test_two_ddp_workers_on_two_nodes_train_the_one_process_drafter(workdir, ray_cluster):
     done = _run(workdir, _spec("ddp", 12, {"train_drafter": {"workers": 2, "num_cpus": 1}}), "--address", ray_cluster)
     assert done.returncode == 0, done.stderr[-3000:]
-    job, ddp = _drafter(workdir, "ddp")
-    _, one = _drafter(workdir, "one")
+    job, ddp, _ = _drafter(workdir, "ddp")
+    _, one, _ = _drafter(workdir, "one")
     _assert_same_drafter(ddp, one)
     assert (job["status"], job["attempts"]) == ("done", 1)
     client = MlflowClient(f"sqlite:///{workdir / '.specfleet' / 'mlflow.db'}")
@@ -96,10 +96,21 @@ def test_two_sharded_workers_on_the_cluster_specfleet_starts(workdir):
     resources = {"train_drafter": {"workers": 2, "num_cpus": 1, "sharding": "fsdp"}}
     done = _run(workdir, _spec("fsdp", 12, resources))
     assert done.returncode == 0, done.stderr[-3000:]
-    job, fsdp = _drafter(workdir, "fsdp")
-    _, one = _drafter(workdir, "one")
+    job, fsdp, _ = _drafter(workdir, "fsdp")
+    _, one, _ = _drafter(workdir, "one")
     _assert_same_drafter(fsdp, one)
     assert (job["status"], job["attempts"]) == ("done", 1)
+
+
+def _registered(storage: Path) -> bool:
+    """Whether Ray Train has registered a checkpoint of the run (its manager's snapshot names one)."""
+    for snapshot in storage.glob("*/checkpoint_manager_snapshot.json"):
+        try:
+            if "checkpoint_" in snapshot.read_text():
+                return True
+        except OSError:
+            pass
+    return False
 
 
 def test_a_worker_killed_mid_training_is_survived_from_the_last_checkpoint(workdir, tmp_path):
@@ -113,7 +124,7 @@ def test_a_worker_killed_mid_training_is_survived_from_the_last_checkpoint(workd
     killed = None
     deadline = time.monotonic() + 600
     while driver.poll() is None and time.monotonic() < deadline and killed is None:
-        if any(storage.glob("*/checkpoint_*")):  # the group reported a checkpoint: kill a worker
+        if _registered(storage):  # the group's first checkpoint is registered: kill a worker
             for proc in psutil.process_iter(["cmdline"]):
                 if "RayTrainWorker" in " ".join(proc.info["cmdline"] or []):
                     proc.kill()
@@ -123,11 +134,13 @@ def test_a_worker_killed_mid_training_is_survived_from_the_last_checkpoint(workd
     out, err = driver.communicate(timeout=900)
     assert killed is not None, "no worker was killed: " + err[-2000:]
     assert driver.returncode == 0, err[-3000:]
-    job, survived = _drafter(workdir, "killed")
+    job, survived, result = _drafter(workdir, "killed")
     assert (job["status"], job["attempts"]) == ("done", 1)  # recorded once
+    steps = [step for step, _ in result["history"]["train_loss"]]
+    assert 1 < steps[0] and steps[-1] == 40  # the new group continued from a checkpoint, not from step 1
     # the same training, unbroken, in one process (the group's equal: the tests above)
     again = _run(workdir, _spec("unbroken", 40, {}))
     assert again.returncode == 0, again.stderr[-3000:]
-    _, unbroken = _drafter(workdir, "unbroken")
+    _, unbroken, _ = _drafter(workdir, "unbroken")
     _assert_same_drafter(survived, unbroken)
     assert not any(storage.iterdir())  # the group's checkpoints went when the job ended
