@@ -17,7 +17,7 @@ TOKENS = tuple(walk_accept_len(WALKS))
 COST = (1.0, 1.2, 1.4)
 
 
-def _pairing(label, engine_accept_len, measured, prompts=8, validated=True, blocks=()):
+def _pairing(label, engine_accept_len, measured, prompts=8, validated=True, blocks=(), on_curve=False):
     curve = Curve(
         condition="template+bos",
         temperature=0.0,
@@ -35,6 +35,7 @@ def _pairing(label, engine_accept_len, measured, prompts=8, validated=True, bloc
         validated=SimpleNamespace(speedup_check=check) if validated else None,
         jobs={"select_depth": {"seed": 0}},
         held_out_prompts=prompts,
+        validated_on_curve=on_curve,
         profiled=SimpleNamespace(cost=SimpleNamespace(pass_ms_blocks=blocks)),
     )
 
@@ -99,3 +100,17 @@ def test_a_served_tree_gets_its_own_row_after_the_chains(monkeypatch):
     assert tree[6] == "+0.0%" and tree[7] == "-10.0%" and tree[8] == "served; off by more than 5%"
     monkeypatch.setattr(module, "tree_of", lambda row: None)  # the chain is served: no tree row
     assert len(prediction_table([pairing]).rows) == 1
+
+
+def test_a_check_on_the_curves_own_prompts_says_so_and_predicts_their_text():
+    exact = _pairing(
+        "t/own",
+        tuple(walk_accept_len(WALKS[:2])),
+        tuple(a / c for a, c in zip(walk_accept_len(WALKS[:2]), COST)),
+        prompts=2,
+        on_curve=True,
+    )
+    (row,) = prediction_table([exact]).rows
+    cells = dict(zip(prediction_table([exact]).header, row))
+    assert cells["interval for"] == "the curve's first 2 prompts"
+    assert cells["bias"] == "+0.0%" and "within 5%, covered" in cells[""]
