@@ -90,9 +90,7 @@ def build_plan(
             group = res.model_dump(include={"workers", "sharding", "num_cpus", "num_gpus", "accelerator_type"})
             fields = {**fields, "group": group}
             res = res.model_copy(update={"num_cpus": 0, "num_gpus": 0, "accelerator_type": None})
-        config, h = identity(kind, fields, deps)
-        if named is not None:
-            h = job_hash(kind, config.hashed(), named, version(job_kind(kind).code_of(config)))
+        config, h = identity(kind, fields, deps if named is None else named)
         if h not in jobs:
             jobs[h] = Job(
                 kind,

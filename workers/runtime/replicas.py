@@ -82,9 +82,13 @@ class Replicas:
         if work is drafter:
             return
         trained = trainable_state(model, work, on_every_rank=True)
-        missing = drafter.load_state_dict(trained, strict=False).missing_keys
-        if set(missing) & {n for n, p in drafter.named_parameters() if p.requires_grad}:
-            raise RuntimeError(f"sharded training: no trained values for {sorted(missing)[:3]}")
+        # not strict: the trained state leaves out the frozen parameters (the target's, shared)
+        missing, unexpected = drafter.load_state_dict(trained, strict=False)
+        missing = set(missing) & {n for n, p in drafter.named_parameters() if p.requires_grad}
+        if missing or unexpected:
+            raise RuntimeError(
+                f"sharded training: trained values do not fit the drafter: {sorted(missing or unexpected)[:3]}"
+            )
 
     def mean(self, value: float) -> float:
         """A number's mean over the workers (itself in one process)."""
@@ -127,6 +131,7 @@ class Resume:
         state = self.latest()
         if state is None:
             return 0
+        # not strict: a saved state holds the trained parameters only, not the frozen shared ones
         options = StateDictOptions(full_state_dict=True, strict=False)
         model_state = {f"drafter.{k}": v for k, v in state["drafter"].items()}
         set_state_dict(model, opt, model_state_dict=model_state, optim_state_dict=state["optimizer"], options=options)
