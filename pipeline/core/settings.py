@@ -405,7 +405,13 @@ class Serving(Strict):
 
 class Resources(Strict):
     num_cpus: float = Field(1, ge=0, le=4096)
-    num_gpus: float = Field(0, ge=0, le=1024)
+    num_gpus: float = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="a share of one GPU, one, or several whole GPUs of one node: a job given several "
+        "splits its target's layers over them (a vLLM job: tensor parallelism)",
+    )
     time_limit_s: float | None = Field(
         None, gt=0, le=30 * 86400, description="a job of this kind running longer is stopped and fails (on Ray)"
     )
@@ -433,6 +439,11 @@ class Resources(Strict):
     def _accelerator_needs_gpus(self):
         if self.accelerator_type is not None and self.num_gpus <= 0:
             raise ValueError(f"accelerator_type {self.accelerator_type} needs num_gpus > 0")
+        if self.num_gpus > 1 and self.num_gpus != int(self.num_gpus):
+            raise ValueError(
+                f"num_gpus: {self.num_gpus:g} is more than one GPU but not a whole number; a target is split "
+                "over whole GPUs"
+            )
         if "sharding" in self.model_fields_set and self.workers == 1:
             raise ValueError(f"sharding: {self.sharding} shards over several workers; set workers > 1")
         return self

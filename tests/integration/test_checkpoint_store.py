@@ -19,7 +19,7 @@ from conftest import free_port, running_mlflow_server
 from db.store import Store
 from pipeline.core.files import dir_hash
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]  # tests/README.md: markers
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.long]  # tests/README.md: markers
 
 SPEC = {
     "name": "by-reference",

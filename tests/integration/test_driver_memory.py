@@ -15,7 +15,7 @@ from support.paths import SUPPORT
 
 from db.store import Store
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]  # tests/README.md: markers
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.long]  # tests/README.md: markers
 
 TINY = {"layers": 2, "hidden_size": 64, "heads": 4, "intermediate_size": 128}
 LARGE = {"layers": 6, "hidden_size": 1024, "heads": 8, "intermediate_size": 4096}  # 101M parameters

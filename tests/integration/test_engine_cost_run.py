@@ -16,7 +16,7 @@ from db.store import Store
 from pipeline.core.contracts import Profiled, Selected, Served
 from workers.serving.vllm_engine import vllm_version
 
-pytestmark = [pytest.mark.vllm, pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.ray, pytest.mark.slow, pytest.mark.long]
 
 
 def _release() -> str:

@@ -18,7 +18,7 @@ from pipeline.run.tracking import fit
 from tests.pipeline.core.test_conversations import write_json, write_jsonl
 from tests.workers.data.test_prompts import TEMPLATE
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]  # tests/README.md: markers
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.long]  # tests/README.md: markers
 
 TOPICS = {"code": "Write a function that {}.", "math": "What is {} times seven?", "chat": "Tell me about {}."}
 WORDS = ["lists", "files", "sockets", "dates", "paths", "threads", "queues", "strings"]

@@ -99,6 +99,7 @@ def head():
         shutil.rmtree(temp, ignore_errors=True)
 
 
+@pytest.mark.long
 def test_a_run_submitted_through_the_jobs_api_records_everything(tmp_path, head):
     from ray.job_submission import JobStatus, JobSubmissionClient
 

@@ -29,7 +29,7 @@ from test_end_to_end import specfleet
 from db.store import Store
 from pipeline.core.contracts import Served
 
-pytestmark = [pytest.mark.vllm, pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.ray, pytest.mark.slow, pytest.mark.long]
 
 
 def _spec(python: str) -> dict:

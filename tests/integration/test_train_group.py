@@ -19,7 +19,7 @@ from db.store import Store
 from pipeline.core.files import dir_hash
 from tests.support.tiny_specs import tiny_target
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.long]
 
 
 def _spec(name: str, steps: int, resources: dict) -> dict:

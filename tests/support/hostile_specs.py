@@ -88,6 +88,7 @@ HOSTILE: list[tuple[str, str | bytes, str]] = [
     ("repeats 10^9", spec(cost={"repeats": 10**9}), "cost.repeats"),
     ("validation prompts 10^9", spec(validation={"num_prompts": 10**9}), "validation.num_prompts"),
     ("num_gpus 10^6", spec(resources={"measure_curve": {"num_cpus": 1, "num_gpus": 10**6}}), "resources.measure_curve"),
+    ("num_gpus 1.5", spec(resources={"measure_curve": {"num_gpus": 1.5}}), "resources.measure_curve"),
     ("num_cpus inf", spec(resources={"measure_curve": {"num_cpus": float("inf")}}), "resources.measure_curve"),
     ("max depth 0", spec(evaluation={"max_depth": 0}), "evaluation.max_depth"),
     ("a bool as a size", spec(evaluation={"num_prompts": True}), "evaluation.num_prompts"),

@@ -133,7 +133,9 @@ def generate(
 
 
 def clock(device: torch.device) -> float:
-    """Wall time in seconds after the device's queued work has finished."""
+    """Wall time in seconds after the device's queued work has finished (on CUDA, every visible GPU's:
+    a target split over several has work on each)."""
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(index)
     return time.perf_counter()

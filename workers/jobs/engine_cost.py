@@ -13,7 +13,7 @@ from contextlib import ExitStack
 
 from pipeline.core.contracts import EngineCostConfig, Profiled
 from pipeline.core.engine_costs import engine_cost_profile
-from workers.runtime.device import hardware_id, pick_device, pick_dtype
+from workers.runtime.device import hardware_id, pick_device, pick_dtype, target_gpus
 from workers.serving.pairing import constant_sweep, engine_pairing
 
 
@@ -23,7 +23,9 @@ def run(config: EngineCostConfig, inputs: dict, *, num_gpus: float, progress) ->
     stack = ExitStack()
     try:
         pairing = stack.enter_context(
-            engine_pairing(config, inputs, batch_sizes=list(config.cost.batch_sizes), device=device)
+            engine_pairing(
+                config, inputs, batch_sizes=list(config.cost.batch_sizes), device=device, gpus=target_gpus(num_gpus)
+            )
         )
     except ValueError as exc:  # a variant no stock engine runs
         raise ValueError(f"{serving.engine} {serving.version} cannot time this drafter: {exc}") from None
@@ -39,7 +41,7 @@ def run(config: EngineCostConfig, inputs: dict, *, num_gpus: float, progress) ->
             progress(k + 1, len(printed), float("nan"))  # no loss to show
     cost = engine_cost_profile(
         answers,
-        hardware=hardware_id(device, pick_dtype(config.target.dtype, device)),
+        hardware=hardware_id(device, pick_dtype(config.target.dtype, device), target_gpus(num_gpus)),
         timed_by=f"{serving.engine} {serving.version}",
     )
     return Profiled(cost=cost)

@@ -12,7 +12,7 @@ from workers.decoding.hf_generate import hf_comparison
 from workers.drafters.pairing import load_pairing
 from workers.measure.speedup import engine_speedups, validation_prompts
 from workers.measure.tree_speedup import tree_benchmark
-from workers.runtime.device import hardware_id, pick_device
+from workers.runtime.device import hardware_of, pick_device, target_gpus
 
 
 def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress) -> Validated:
@@ -21,7 +21,9 @@ def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress
     evaluation = config.evaluation
     if (selected.condition, selected.temperature) != (evaluation.conditions[0], evaluation.temperatures[0]):
         raise ValueError("the depth choice was made for another condition or temperature than the one validated")
-    target, tokenizer, family, drafter = load_pairing(config.target, config.drafter, inputs, device)
+    target, tokenizer, family, drafter = load_pairing(
+        config.target, config.drafter, inputs, device, target_gpus(num_gpus)
+    )
     measured = engine_speedups(
         target=target,
         proposer=family.proposer(drafter),
@@ -30,8 +32,7 @@ def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress
         validation=config.validation,
         seed=config.seed,
     )
-    param = next(target.parameters())
-    check = depth_verdict(measured, selected, hardware_id(param.device, param.dtype), config.validation.tolerance)
+    check = depth_verdict(measured, selected, hardware_of(target), config.validation.tolerance)
     if config.validation.compare_hf:
         check = check.model_copy(update={"hf_runs": _hf_runs(target, tokenizer, family, drafter, config)})
     if selected.tree is not None and selected.tree.tree:  # an empty tree (no drafting pays) has nothing to run

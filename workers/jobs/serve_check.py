@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from pipeline.autotune.choice_row import choice_row, sampling_of, schedule_of, tree_of
 from pipeline.core.contracts import Selected, ServeCheckConfig, Served
 from pipeline.core.serving_verdict import predictor, served_points, serving_verdict
-from workers.runtime.device import hardware_id, pick_device, pick_dtype
+from workers.runtime.device import hardware_id, pick_device, pick_dtype, target_gpus
 from workers.serving.pairing import constant_sweep, engine_pairing
 
 
@@ -32,7 +32,9 @@ def run(config: ServeCheckConfig, inputs: dict, *, num_gpus: float, progress) ->
     chosen_schedule = schedule_of(row)
     stack = ExitStack()
     try:
-        pairing = stack.enter_context(engine_pairing(config, inputs, batch_sizes=batch_sizes, device=device))
+        pairing = stack.enter_context(
+            engine_pairing(config, inputs, batch_sizes=batch_sizes, device=device, gpus=target_gpus(num_gpus))
+        )
     except ValueError as exc:  # a variant no stock engine runs
         return Served(serving_check=None, refused=str(exc).splitlines()[0])
     with stack:
@@ -68,7 +70,7 @@ def run(config: ServeCheckConfig, inputs: dict, *, num_gpus: float, progress) ->
         sweep=sweep,
         chosen=chosen,
         selected=selected,
-        hardware=hardware_id(device, pick_dtype(config.target.dtype, device)),
+        hardware=hardware_id(device, pick_dtype(config.target.dtype, device), target_gpus(num_gpus)),
         tolerance=config.serving.tolerance,
         notes=notes,
     )

@@ -9,7 +9,7 @@ import json
 from pipeline.core.contracts import TrainDrafterConfig, Trained
 from workers.drafters.registry import trainer_of
 from workers.models.loading import load_target
-from workers.runtime.device import pick_device
+from workers.runtime.device import pick_device, target_gpus
 from workers.runtime.ray_train import train_in_group
 from workers.runtime.replicas import ONE_PROCESS, Replicas, Resume
 
@@ -42,7 +42,7 @@ def train_here(
 ):
     """The training in this process, alone or as one worker of a group. -> (files, metrics)"""
     device = pick_device(num_gpus)
-    target, tokenizer = load_target(config.target, inputs.get("target"), device)
+    target, tokenizer = load_target(config.target, inputs.get("target"), device, target_gpus(num_gpus))
     train = trainer_of(config.drafter.kind)  # the job's code version covers this trainer's module
     return train(
         target=target,

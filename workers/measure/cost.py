@@ -23,14 +23,14 @@ and pipeline/core/tree_choice.py.
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
 from pipeline.core.timing_noise import mean_blocks
 from pipeline.core.types import CostProfile
+from workers.decoding.chain import clock
 from workers.models.features import cached_forward_states, tree_forward_states
-from workers.runtime.device import hardware_id
+from workers.runtime.device import hardware_of
 
 
 def _interleaved_medians(fns: dict, *, warmup: int, repeats: int, device: torch.device) -> dict[str, float]:
@@ -45,13 +45,9 @@ def _interleaved_medians(fns: dict, *, warmup: int, repeats: int, device: torch.
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
+            t0 = clock(device)
             fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times[name].append((time.perf_counter() - t0) * 1000.0)
+            times[name].append((clock(device) - t0) * 1000.0)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
@@ -81,7 +77,6 @@ def profile_cost(
     prompts before everything else and the other half after it (`pass_ms_blocks`).
     `family` (workers/drafters/registry.py) knows how to time a step of `drafter` and how it proposes."""
     device = next(target.parameters()).device
-    dtype = next(target.parameters()).dtype
     timing = dict(new_tokens=new_tokens, max_depth=max_depth, warmup=warmup, device=device)
     halves = [prompts[0::2], prompts[1::2]] if len(prompts) >= 2 else [prompts, prompts]
     block_repeats = -(-repeats // len(halves))  # the two blocks together decode each depth `repeats` times
@@ -106,7 +101,7 @@ def profile_cost(
         else []
     )
     return CostProfile(
-        hardware=hardware_id(device, dtype),
+        hardware=hardware_of(target),
         draft_ms=draft_by_b[one],
         decode_ms=verify_by_b[one][0],
         verify_ms=verify_by_b[one][-1],

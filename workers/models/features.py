@@ -39,8 +39,8 @@ class HeadRows:
 
     @torch.no_grad()
     def __call__(self, final: torch.Tensor) -> torch.Tensor:
-        _, weight, bias = self._rows
-        return torch.nn.functional.linear(final.to(weight.dtype), weight, bias).float()
+        _, weight, bias = self._rows  # on the head's GPU, where a split target has it elsewhere
+        return torch.nn.functional.linear(final.to(weight.device, weight.dtype), weight, bias).float().to(final.device)
 
 
 @torch.no_grad()

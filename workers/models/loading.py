@@ -12,12 +12,13 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.core.artifacts import folder_of
 from pipeline.core.contracts import TargetRef, Trained
 from pipeline.core.files import Files, cache_root, pack_dir, staged_dir
 from pipeline.core.sources import locate, looks_like_path
+from workers.models.split import split_map
 from workers.runtime.device import pick_dtype
 
 
@@ -30,10 +31,12 @@ def load_model(
     device: torch.device,
     dtype: torch.dtype,
     role: str = "target",
+    gpus: int = 1,
 ):
     """(model, tokenizer) from a trained checkpoint's folder or a model source (`hf`, `gguf`,
     `package`: pipeline/core/sources.py); eval mode, frozen. role names the spec entry in error
-    messages."""
+    messages. gpus > 1: the layers split over GPUs 0..gpus-1 (workers/models/split.py), its
+    inputs and outputs on `device`."""
     if (folder is None) == (hf is None and gguf is None and package is None):
         raise ValueError("load_model: give exactly one of folder or a model source")
     if folder is not None:
@@ -47,10 +50,13 @@ def load_model(
             where = str(_dequantized(where, gguf_file, role))
     try:
         tokenizer = AutoTokenizer.from_pretrained(where)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype)
+        placed = {"device_map": split_map(AutoConfig.from_pretrained(where), gpus, dtype)} if gpus > 1 else {}
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **placed)
     except (OSError, ValueError) as exc:
         raise RuntimeError(f"{role}: cannot load model from {where}: {str(exc).splitlines()[0]}") from exc
-    model.to(device).eval()
+    if gpus <= 1:
+        model.to(device)
+    model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model, tokenizer
@@ -97,12 +103,13 @@ def _dequantized(folder: str, name: str, role: str) -> Path:
     return out
 
 
-def load_target(ref: TargetRef, trained: Trained | None, device: torch.device):
-    """A pairing's target: the trained built-in one (the job's "target" input) or its model source."""
+def load_target(ref: TargetRef, trained: Trained | None, device: torch.device, gpus: int = 1):
+    """A pairing's target: the trained built-in one (the job's "target" input) or its model source;
+    split over `gpus` GPUs when more than one (workers/runtime/device.target_gpus)."""
     dtype = pick_dtype(ref.dtype, device)
     if trained is not None:
-        return load_model(folder=folder_of(trained), device=device, dtype=dtype)
-    return load_model(hf=ref.hf, gguf=ref.gguf, package=ref.package, device=device, dtype=dtype)
+        return load_model(folder=folder_of(trained), device=device, dtype=dtype, gpus=gpus)
+    return load_model(hf=ref.hf, gguf=ref.gguf, package=ref.package, device=device, dtype=dtype, gpus=gpus)
 
 
 def served_folder(ref: TargetRef, trained: Trained | None) -> str:

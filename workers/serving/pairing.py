@@ -41,6 +41,7 @@ class EnginePairing:
     max_depth: int
     seed: int
     cpu_threads: int | None  # the CPU backend bound to this many cores; None on a GPU
+    gpus: int = 1  # the GPUs the engine splits the target over (tensor parallelism)
     block_drafting: str = "trained"  # a DFlash drafter's depths below its block, as specfleet measured them
 
     def emitted(self, schedule, sampling=None, tree=None):
@@ -77,13 +78,15 @@ class EnginePairing:
             cpu_threads=self.cpu_threads,
             kv_cache_gib=self.serving.kv_cache_gib,
             timeout_s=self.serving.start_timeout_s,
+            tensor_parallel_size=self.gpus,
         )
 
 
 @contextmanager
-def engine_pairing(config, inputs: dict, *, batch_sizes: list[int], device) -> Iterator[EnginePairing]:
+def engine_pairing(config, inputs: dict, *, batch_sizes: list[int], device, gpus: int = 1) -> Iterator[EnginePairing]:
     """The pairing of a serve_check or engine_cost job ready for the engine, its exported drafter in
-    a folder that lasts as long as the block. A drafter no stock engine runs raises ValueError."""
+    a folder that lasts as long as the block; the engine splits the target over `gpus` GPUs. A
+    drafter no stock engine runs raises ValueError."""
     evaluation = config.evaluation
     model = served_folder(config.target, inputs.get("target"))
     tokenizer = load_tokenizer(model)
@@ -104,6 +107,7 @@ def engine_pairing(config, inputs: dict, *, batch_sizes: list[int], device) -> I
             max_depth=evaluation.max_depth,
             seed=config.seed,
             cpu_threads=None if device.type == "cuda" else max(1, int(config.num_cpus)),
+            gpus=gpus,
         )
 
 

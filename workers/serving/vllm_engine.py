@@ -84,11 +84,12 @@ def serve(
     cpu_threads: int | None = None,
     kv_cache_gib: float = 2.0,
     timeout_s: float = 600,
+    tensor_parallel_size: int = 1,
 ) -> dict:
     """Start vLLM on `model` with `speculative_config` (None: no speculation), generate greedily at
     each batch size, every prompt `repeats` times over, and return vllm_side.py's answer (seconds,
     outputs and spec-decode counters per batch size). `cpu_threads`: run on the CPU backend bound
-    to cores 0..cpu_threads-1."""
+    to cores 0..cpu_threads-1. `tensor_parallel_size`: the target split over that many GPUs."""
     env = cpu_env(cpu_threads, kv_cache_gib) if cpu_threads is not None else {}
     request = {
         "mode": "serve",
@@ -102,6 +103,7 @@ def serve(
         "max_model_len": max_model_len,
         "seed": seed,
         "enforce_eager": cpu_threads is not None,
+        "tensor_parallel_size": tensor_parallel_size,
     }
     return _side(python, request, timeout_s=timeout_s, env=env)
 

@@ -11,7 +11,7 @@ Request (JSON on standard input):
   through `EngineArgs(...).create_engine_config()`; answer {"checked": [null | "first line of the
   refusal", ...]}. It checks the config's form and fields; what only a running engine checks (an
   overlapping per-batch-size schedule, a drafter folder that does not load) waits for `serve`.
-- {"mode": "serve", "model": PATH, "dtype": ..., "max_model_len": N, "seed": S,
+- {"mode": "serve", "model": PATH, "dtype": ..., "max_model_len": N, "seed": S, "tensor_parallel_size": N,
   "speculative_config": null | {...}, "prompts": [[token ids], ...], "max_tokens": N, "batch_sizes":
   [1, 4, ...], "repeats": R}: one engine started; after a warm-up, at each batch size b every prompt
   is generated, b at a time (a last group short of b is filled from the first prompts), greedily,
@@ -87,6 +87,7 @@ def _serve(request: dict) -> dict:
         enforce_eager=request.get("enforce_eager", True),
         max_model_len=request["max_model_len"],
         seed=request["seed"],
+        tensor_parallel_size=request.get("tensor_parallel_size", 1),  # the job's GPUs, for a split target
         disable_log_stats=False,
     )
     start_s = time.perf_counter() - started

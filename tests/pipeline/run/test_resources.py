@@ -241,3 +241,10 @@ def test_the_in_process_cluster_refuses_a_group():
 
     with pytest.raises(ResourceError, match="resources.train_drafter.workers: a group of workers trains on Ray"):
         LocalCluster(cpus=2).check_resources({"train_drafter": (1, 0, None)}, {"train_drafter": 2})
+
+
+def test_a_target_split_over_gpus_needs_them_on_one_node():
+    # the 8-GPU node holds a target split over 8; 12 GPUs in all do not make a 12-GPU node
+    assert fit_on_nodes({"measure_curve": (16, 8, None)}, NODES).startswith("2 node(s)")
+    with pytest.raises(ResourceError, match=r"resources.measure_curve"):
+        fit_on_nodes({"measure_curve": (16, 12, None)}, NODES)

@@ -87,10 +87,18 @@ def test_the_bench_table_divides_what_it_says():
     assert "+20.0 ms (2x the job's time)" in {row[3] for row in ratios.rows}
     assert training.rows == (("1", "1000 (40%)", "1600 (0%)", "1.6x"),)
     assert "| 1 | 1000 (40%) | 1600 (0%) | 1.6x |" in training.markdown()
+    row = {"cpus_per_worker": 2.0, "tokens_per_s": 2000.0, "wall_seconds": 5.0, "val_loss": 2.5}
+    results["training_groups"] = [
+        {**row, "layout": "one process"},
+        {**row, "layout": "2 ddp workers", "cpus_per_worker": 1.0, "tokens_per_s": 1500.0, "wall_seconds": 30.0},
+    ]
+    *_, groups = bench_tables(results)
+    assert groups.rows[1] == ("2 ddp workers", "1", "1500", "0.75x", "30.0 s", "2.5000")
 
 
 @pytest.mark.slow
 @pytest.mark.ray
+@pytest.mark.long
 def test_the_bench_run_keeps_every_store_in_its_work_directory(tmp_path, monkeypatch):
     """MLflow's artifacts too: nothing lands in the folder the bench was started from (./mlruns)."""
     import yaml

@@ -113,7 +113,7 @@ def _assert_close(a, b, atol):
     return worst
 
 
-@pytest.mark.parametrize("kind", ["eagle3", "mtp"])
+@pytest.mark.parametrize("kind", ["eagle3", pytest.param("mtp", marks=pytest.mark.long)])
 def test_data_parallel_and_sharded_training_give_the_one_process_drafter(tmp_path, kind):
     one = _run(tmp_path, "one", kind, 1)
     ddp = _run(tmp_path, "ddp", kind, 2, "ddp")
@@ -126,7 +126,10 @@ def test_data_parallel_and_sharded_training_give_the_one_process_drafter(tmp_pat
     assert ddp["metrics"]["train_loss"] == pytest.approx(one["metrics"]["train_loss"], rel=1e-4)
 
 
-@pytest.mark.parametrize("world,sharding", [(1, "ddp"), (2, "ddp"), (2, "fsdp")])
+@pytest.mark.parametrize(
+    "world,sharding",
+    [(1, "ddp"), pytest.param(2, "ddp", marks=pytest.mark.long), pytest.param(2, "fsdp", marks=pytest.mark.long)],
+)
 def test_a_run_continued_from_its_last_saved_state_ends_where_an_unbroken_run_ends(tmp_path, world, sharding):
     whole = _run(tmp_path, "whole", "eagle3", world, sharding)
     assert _run(tmp_path, "broken", "eagle3", world, sharding, stop_after=4) is None  # lost after step 4

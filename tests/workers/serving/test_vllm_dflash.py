@@ -20,7 +20,7 @@ from workers.drafters.dflash.export import export_dflash
 from workers.drafters.dflash.proposer import BlockProposer
 from workers.serving.vllm_engine import serve, speculative_config
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.long]
 PROMPTS = [[1, *range(20 + 7 * i, 60 + 7 * i)] for i in range(4)]  # BOS, then 40 tokens each
 NEW = 24
 BLOCK = 5  # the drafter drafts up to 4 tokens a block

@@ -23,7 +23,7 @@ from pipeline.autotune.engines.registry import emit
 from workers.drafters.eagle3.export import export_eagle3
 from workers.serving.vllm_engine import VllmError, check_configs, serve
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.long]
 PROMPTS = [[1, *range(20 + 7 * i, 60 + 7 * i)] for i in range(4)]  # BOS, then 40 tokens each
 SCHEDULE = [(1, 1, 3), (2, 8, 1)]  # depth 3 alone, depth 1 from two requests on
 

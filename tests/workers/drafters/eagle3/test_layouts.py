@@ -233,6 +233,7 @@ def test_what_the_drafter_cannot_compute_is_refused_by_name(tmp_path, tiny_targe
 
 @pytest.mark.slow
 @pytest.mark.ray
+@pytest.mark.long
 def test_checkpoints_in_each_layout_run_through_specfleet_to_stored_curves(tmp_path, tiny_target):
     """`path:` drafters in a spec: no training job, each layout measured and its curve stored."""
     import yaml
