@@ -100,7 +100,7 @@ def fit(
     its state and finds the state of a run it continues (every worker calls fit alike); draws: the
     generators the loss draws from besides the batches', saved and restored with that state.
     Returns the metrics: last training loss, held-out loss, each step's held-out top-1 agreement
-    (val_top1_step<s>), seconds and tokens seen."""
+    (val_top1_step<s>), seconds, tokens seen and the step a continued run resumed at."""
     work = replicas.working_copy(drafter)  # the drafter itself, or (sharded) a copy the group shards
     model = replicas.wrap(LossModule(work, loss_of))
     params = [p for p in model.parameters() if p.requires_grad]
@@ -135,6 +135,7 @@ def fit(
         "val_loss": val_loss.item(),
         "train_seconds": seconds,
         "tokens_seen": steps * train.batch_size * train.seq_len,
+        "resumed_at_step": first,  # 0 for a run from the start; the saved step it continued from otherwise
     }
     metrics.update({f"val_top1_step{s}": a for s, a in enumerate(agree)})
     return metrics

@@ -8,7 +8,10 @@ the job's own task holds none and waits. Every `checkpoint_every` steps, and aft
 states and the step) as a Ray Train checkpoint. A worker lost mid-training (its process killed,
 its node gone) makes Ray Train stop the group and start a new one, up to MAX_FAILURES times; the
 new workers continue from the last checkpoint, so the result is the one an unbroken run gives.
-Rank 0's trained files come back to the job's task, which stores them as every job does.
+Rank 0's trained files come back to the job's task, which stores them as every job does. Rank 0's
+steps reach the job's progress while the group trains (through a Ray queue, a batch every half
+second), each step once: a group restarted from a checkpoint repeats steps already shown, and
+those are not shown again.
 
 Ray Train keeps those checkpoints under `storage_root()`: SPECFLEET_TRAIN_STORAGE, which on a
 cluster of several machines must be storage every node reaches (a shared folder, s3://, gs://),
@@ -25,6 +28,8 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 MAX_FAILURES = 2  # worker groups lost per job before it fails
@@ -53,10 +58,11 @@ def checkpoint_every(steps: int) -> int:
 
 def train_in_group(config, inputs: dict, *, run_name: str, progress=None):
     """Run `config` (a TrainDrafterConfig with a `group`) on its workers. Returns (files, metrics)
-    as rank 0 trained them; progress gets rank 0's steps once the group is done."""
+    as rank 0 trained them; progress gets rank 0's steps as they are trained."""
     import ray
     from ray.train import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.util.queue import Queue
 
     group = config.group
     per_worker = {"CPU": group.num_cpus, **({"GPU": group.num_gpus} if group.num_gpus else {})}
@@ -65,9 +71,10 @@ def train_in_group(config, inputs: dict, *, run_name: str, progress=None):
         env["GLOO_SOCKET_IFNAME"] = "lo"
     os.environ.update(_QUIET)
     storage = storage_root()
+    steps = Queue(actor_options={"num_cpus": 0}) if progress is not None else None
     trainer = TorchTrainer(
         _worker_loop,
-        train_loop_config={"config": config, "inputs": inputs},
+        train_loop_config={"config": config, "inputs": inputs, "steps": steps},
         torch_config=TorchConfig(backend="nccl" if group.num_gpus else "gloo"),
         scaling_config=ScalingConfig(
             num_workers=group.workers,
@@ -83,18 +90,56 @@ def train_in_group(config, inputs: dict, *, run_name: str, progress=None):
         ),
     )
     interrupt = signal.getsignal(signal.SIGINT)  # Ray Train sets its own and leaves it
+    relay = _Relay(steps, progress) if steps is not None else None
     try:
         result = trainer.fit()
     except TrainingFailedError as exc:
         raise RuntimeError(f"train_drafter on {group.workers} workers failed: {_first_failure(exc)}") from None
     finally:
         signal.signal(signal.SIGINT, interrupt)
+        if relay is not None:
+            relay.close()
         if "://" not in storage:
             shutil.rmtree(Path(storage) / run_name, ignore_errors=True)
-    files, metrics, history = result.return_value
-    for step, total, loss in history if progress is not None else ():
-        progress(step, total, loss)
-    return files, metrics
+    return result.return_value
+
+
+class _Relay:
+    """A thread of the job's task that hands rank 0's batches of steps to `progress`, each step once
+    and in order, until closed (then what is left in the queue too)."""
+
+    def __init__(self, steps, progress):
+        self.steps, self.progress, self.last = steps, progress, 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="train-group-steps", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from ray.util.queue import Empty
+
+        while not self.done.is_set():
+            try:
+                self._show(self.steps.get(timeout=0.5))
+            except Empty:
+                continue
+
+    def _show(self, batch) -> None:
+        for step, total, loss in batch:
+            if step > self.last:  # a restarted group repeats the steps after its checkpoint
+                self.last = step
+                self.progress(step, total, loss)
+
+    def close(self) -> None:
+        from ray.util.queue import Empty
+
+        self.done.set()
+        self.thread.join()
+        try:
+            while True:
+                self._show(self.steps.get_nowait())
+        except Empty:
+            pass
+        self.steps.shutdown()
 
 
 def _first_failure(exc) -> str:
@@ -105,34 +150,43 @@ def _first_failure(exc) -> str:
 
 
 def _worker_loop(loop_config: dict):
-    """One worker of the group: the job's training with this worker's place in it. Rank 0 returns
-    (files, metrics, its steps as (step, total, loss)); the others None."""
+    """One worker of the group: the job's training with this worker's place in it. Rank 0 sends its
+    steps as (step, total, loss) to the queue `steps` (when there is one), a batch every half second
+    and the last at once, and returns (files, metrics); the others None."""
     import ray.train
     import torch
 
     from workers.jobs.train_drafter import train_here
     from workers.runtime.replicas import Replicas, Resume
 
-    config, inputs = loop_config["config"], loop_config["inputs"]
+    config, inputs, steps = loop_config["config"], loop_config["inputs"], loop_config["steps"]
     context = ray.train.get_context()
     replicas = Replicas(context.get_world_rank(), context.get_world_size(), config.group.sharding)
     torch.set_num_threads(max(1, int(config.group.num_cpus)))
     torch.manual_seed(config.seed)
-    history: list[tuple[int, int, float]] = []
+    pending: list[tuple[int, int, float]] = []
+    sent = [time.monotonic()]
 
     every = checkpoint_every(config.drafter.train.steps)
 
     def progress(step: int, total: int, loss: float) -> None:
-        if replicas.rank == 0:
-            history.append((step, total, loss))
-            if step % every == 0 or step == total:  # the worker's log
-                print(f"train_drafter rank 0: step {step}/{total}, loss {loss:.4f}", flush=True)
+        if replicas.rank != 0:
+            return
+        if step % every == 0 or step == total:  # the worker's log
+            print(f"train_drafter rank 0: step {step}/{total}, loss {loss:.4f}", flush=True)
+        if steps is None:
+            return
+        pending.append((step, total, loss))
+        if step == total or time.monotonic() - sent[0] >= 0.5:
+            steps.put(list(pending))
+            pending.clear()
+            sent[0] = time.monotonic()
 
     resume = Resume(every=every, save=_save, latest=_latest)
     files, metrics = train_here(
         config, inputs, num_gpus=config.group.num_gpus, progress=progress, replicas=replicas, resume=resume
     )
-    return (files, metrics, history) if replicas.rank == 0 else None
+    return (files, metrics) if replicas.rank == 0 else None
 
 
 def _save(step: int, state: dict | None) -> None:
