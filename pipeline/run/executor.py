@@ -184,7 +184,10 @@ def _claim(ctx: Context, reusable: dict, console) -> dict:
         # done once but their files are gone or damaged (found by _reusable): they run again
         others = ctx.store.claim(to_run, lease_s=LEASE_S, rerun=sorted(ctx.stale))
         if not others:
-            ctx.tracker.end_abandoned(ctx.mlflow_experiment, done=set(reusable), claimed=set(to_run))
+            # a job another driver finished after the last look is left to it by the claim: reuse it
+            reusable = {**reusable, **_reusable(ctx, set(to_run))}
+            claimed = {h for h in to_run if h not in reusable}
+            ctx.tracker.end_abandoned(ctx.mlflow_experiment, done=set(reusable), claimed=claimed)
             return reusable
         console.print(f"waiting: driver {sorted(set(others.values()))[0]} holds {len(others)} of this run's jobs")
         time.sleep(WAIT_POLL_S)

@@ -385,3 +385,25 @@ def test_a_runs_params_and_a_recorders_metrics_go_in_batches_within_mlflows_limi
     data = client.get_run(run_id).data
     assert len(data.params) == 230 and len(data.metrics) == 151 and sum(k.startswith("t") for k in data.tags) == 120
     assert len(client.get_metric_history(run_id, "accept_len")) == 1200
+
+
+def test_jobs_another_driver_finished_just_before_the_claim_are_reused_not_run(env, monkeypatch):
+    """Another driver finishes the jobs between this driver's look at what is done and its claim; the
+    claim leaves finished jobs to the driver that finished them, so this one reuses them: nothing runs
+    or is recorded twice (two drivers started at once met this race)."""
+    from pipeline.run import executor
+
+    run(env, answer)  # the other driver, to the end
+    _, store, _ = env
+    before = statuses(store)
+    real, looks = executor._reusable, []
+
+    def first_look_sees_nothing_done(ctx, hashes=None):
+        looks.append(hashes)
+        return {} if len(looks) == 1 else real(ctx, hashes)
+
+    monkeypatch.setattr(executor, "_reusable", first_look_sees_nothing_done)
+    ran = []
+    _, summary = run(env, lambda kind, *args, **kw: ran.append(kind) or answer(kind, *args, **kw))
+    assert ran == [] and not summary.failed
+    assert statuses(store) == before  # one attempt each
