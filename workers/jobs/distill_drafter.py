@@ -11,12 +11,12 @@ from workers.drafters.eagle3.checkpoint import load_eagle3, save_eagle3
 from workers.drafters.opd.stage import distill
 from workers.drafters.registry import family_of
 from workers.models.loading import load_target
-from workers.runtime.device import pick_device, target_gpus
+from workers.runtime.device import pick_device, split_gpus
 
 
 def run(config: DistillDrafterConfig, inputs: dict, *, num_gpus: float, progress) -> Trained:
     device = pick_device(num_gpus)
-    target, tokenizer = load_target(config.target, inputs.get("target"), device, target_gpus(num_gpus))
+    target, tokenizer = load_target(config.target, inputs.get("target"), device, split_gpus(num_gpus))
     spec = config.drafter
     trained = inputs.get("drafter")
     if trained is not None:  # trained in float32 whatever the target runs in; the target's embedding read as float32

@@ -6,13 +6,13 @@ from pipeline.core.contracts import DiagnosticValue, MeasureCurveConfig, Measure
 from workers.data.prompts import prompt_categories
 from workers.drafters.pairing import load_pairing
 from workers.measure.curves import measure_curves
-from workers.runtime.device import pick_device, target_gpus
+from workers.runtime.device import pick_device, split_gpus
 
 
 def run(config: MeasureCurveConfig, inputs: dict, *, num_gpus: float, progress) -> Measured:
     device = pick_device(num_gpus)
     target, tokenizer, family, drafter = load_pairing(
-        config.target, config.drafter, inputs, device, target_gpus(num_gpus)
+        config.target, config.drafter, inputs, device, split_gpus(num_gpus)
     )
     evaluation = config.evaluation if family.drafts_trees else config.evaluation.model_copy(update={"tree_topk": 0})
     results = measure_curves(

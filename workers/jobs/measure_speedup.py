@@ -12,7 +12,7 @@ from workers.decoding.hf_generate import hf_comparison
 from workers.drafters.pairing import load_pairing
 from workers.measure.speedup import engine_speedups, validation_prompts
 from workers.measure.tree_speedup import tree_benchmark
-from workers.runtime.device import hardware_of, pick_device, target_gpus
+from workers.runtime.device import hardware_of, pick_device, split_gpus
 
 
 def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress) -> Validated:
@@ -22,7 +22,7 @@ def run(config: MeasureSpeedupConfig, inputs: dict, *, num_gpus: float, progress
     if (selected.condition, selected.temperature) != (evaluation.conditions[0], evaluation.temperatures[0]):
         raise ValueError("the depth choice was made for another condition or temperature than the one validated")
     target, tokenizer, family, drafter = load_pairing(
-        config.target, config.drafter, inputs, device, target_gpus(num_gpus)
+        config.target, config.drafter, inputs, device, split_gpus(num_gpus)
     )
     measured = engine_speedups(
         target=target,

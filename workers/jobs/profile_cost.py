@@ -6,13 +6,13 @@ from pipeline.core.contracts import ProfileCostConfig, Profiled
 from workers.data.prompts import build_prompts
 from workers.drafters.pairing import load_pairing
 from workers.measure.cost import profile_cost
-from workers.runtime.device import pick_device, target_gpus
+from workers.runtime.device import pick_device, split_gpus
 
 
 def run(config: ProfileCostConfig, inputs: dict, *, num_gpus: float, progress) -> Profiled:
     device = pick_device(num_gpus)
     target, tokenizer, family, drafter = load_pairing(
-        config.target, config.drafter, inputs, device, target_gpus(num_gpus)
+        config.target, config.drafter, inputs, device, split_gpus(num_gpus)
     )
     c, p = config.cost, config.prompts
     prompts = build_prompts(

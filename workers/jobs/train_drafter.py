@@ -9,7 +9,7 @@ import json
 from pipeline.core.contracts import TrainDrafterConfig, Trained
 from workers.drafters.registry import trainer_of
 from workers.models.loading import load_target
-from workers.runtime.device import pick_device, target_gpus
+from workers.runtime.device import pick_device, split_gpus
 from workers.runtime.ray_train import train_in_group
 from workers.runtime.replicas import ONE_PROCESS, Replicas, Resume
 
@@ -39,10 +39,16 @@ def train_here(
     progress,
     replicas: Replicas = ONE_PROCESS,
     resume: Resume | None = None,
+    devices: tuple | None = None,
 ):
-    """The training in this process, alone or as one worker of a group. -> (files, metrics)"""
-    device = pick_device(num_gpus)
-    target, tokenizer = load_target(config.target, inputs.get("target"), device, target_gpus(num_gpus))
+    """The training in this process, alone or as one worker of a group. -> (files, metrics)
+    devices: the torch devices this process trains on, where they are not the first `num_gpus`
+    visible ones (a group's worker: Ray Train lets the workers of a node see each other's GPUs)."""
+    if devices is None:
+        device, split = pick_device(num_gpus), split_gpus(num_gpus)
+    else:
+        device, split = devices[0], tuple(d.index for d in devices) if len(devices) > 1 else ()
+    target, tokenizer = load_target(config.target, inputs.get("target"), device, split)
     train = trainer_of(config.drafter.kind)  # the job's code version covers this trainer's module
     return train(
         target=target,

@@ -31,12 +31,12 @@ def load_model(
     device: torch.device,
     dtype: torch.dtype,
     role: str = "target",
-    gpus: int = 1,
+    split: tuple[int, ...] = (),
 ):
     """(model, tokenizer) from a trained checkpoint's folder or a model source (`hf`, `gguf`,
     `package`: pipeline/core/sources.py); eval mode, frozen. role names the spec entry in error
-    messages. gpus > 1: the layers split over GPUs 0..gpus-1 (workers/models/split.py), its
-    inputs and outputs on `device`."""
+    messages. split: GPU indices (more than one) its layers are split over (workers/models/split.py),
+    its inputs and outputs on `device`, the first of them."""
     if (folder is None) == (hf is None and gguf is None and package is None):
         raise ValueError("load_model: give exactly one of folder or a model source")
     if folder is not None:
@@ -50,11 +50,11 @@ def load_model(
             where = str(_dequantized(where, gguf_file, role))
     try:
         tokenizer = AutoTokenizer.from_pretrained(where)
-        placed = {"device_map": split_map(AutoConfig.from_pretrained(where), gpus, dtype)} if gpus > 1 else {}
+        placed = {"device_map": split_map(AutoConfig.from_pretrained(where), split, dtype)} if len(split) > 1 else {}
         model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **placed)
     except (OSError, ValueError) as exc:
         raise RuntimeError(f"{role}: cannot load model from {where}: {str(exc).splitlines()[0]}") from exc
-    if gpus <= 1:
+    if len(split) <= 1:
         model.to(device)
     model.eval()
     for p in model.parameters():
@@ -103,13 +103,13 @@ def _dequantized(folder: str, name: str, role: str) -> Path:
     return out
 
 
-def load_target(ref: TargetRef, trained: Trained | None, device: torch.device, gpus: int = 1):
+def load_target(ref: TargetRef, trained: Trained | None, device: torch.device, split: tuple[int, ...] = ()):
     """A pairing's target: the trained built-in one (the job's "target" input) or its model source;
-    split over `gpus` GPUs when more than one (workers/runtime/device.target_gpus)."""
+    split over the GPUs `split` when more than one (workers/runtime/device.split_gpus)."""
     dtype = pick_dtype(ref.dtype, device)
     if trained is not None:
-        return load_model(folder=folder_of(trained), device=device, dtype=dtype, gpus=gpus)
-    return load_model(hf=ref.hf, gguf=ref.gguf, package=ref.package, device=device, dtype=dtype, gpus=gpus)
+        return load_model(folder=folder_of(trained), device=device, dtype=dtype, split=split)
+    return load_model(hf=ref.hf, gguf=ref.gguf, package=ref.package, device=device, dtype=dtype, split=split)
 
 
 def served_folder(ref: TargetRef, trained: Trained | None) -> str:

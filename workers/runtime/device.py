@@ -20,15 +20,21 @@ def pick_device(num_gpus: float) -> torch.device:
                 "(CPU-only torch build, or CUDA_VISIBLE_DEVICES is empty)"
             )
         seen = torch.cuda.device_count()
-        if target_gpus(num_gpus) > seen:
+        if len(split_gpus(num_gpus)) > seen:
             raise RuntimeError(f"job was scheduled with num_gpus={num_gpus:g} but torch sees {seen} CUDA device(s)")
         return torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the assigned GPUs
     return torch.device("cpu")
 
 
+def split_gpus(num_gpus: float) -> tuple[int, ...]:
+    """The GPU indices a job's target is split over: all of the job's when it has more than one
+    (0..N-1: Ray makes a task's GPUs its only visible ones), none when it runs on one device."""
+    return tuple(range(int(num_gpus))) if num_gpus > 1 else ()
+
+
 def target_gpus(num_gpus: float) -> int:
-    """The GPUs a job's target is split over: all of the job's when it has more than one."""
-    return int(num_gpus) if num_gpus > 1 else 1
+    """How many GPUs a job's target runs on (1 on one device, or on the CPU): its hardware key's count."""
+    return max(1, len(split_gpus(num_gpus)))
 
 
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:

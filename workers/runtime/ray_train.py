@@ -62,7 +62,6 @@ def train_in_group(config, inputs: dict, *, run_name: str, progress=None):
     import ray
     from ray.train import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchConfig, TorchTrainer
-    from ray.util.queue import Queue
 
     group = config.group
     per_worker = {"CPU": group.num_cpus, **({"GPU": group.num_gpus} if group.num_gpus else {})}
@@ -71,45 +70,47 @@ def train_in_group(config, inputs: dict, *, run_name: str, progress=None):
         env["GLOO_SOCKET_IFNAME"] = "lo"
     os.environ.update(_QUIET)
     storage = storage_root()
-    steps = Queue(actor_options={"num_cpus": 0}) if progress is not None else None
-    trainer = TorchTrainer(
-        _worker_loop,
-        train_loop_config={"config": config, "inputs": inputs, "steps": steps},
-        torch_config=TorchConfig(backend="nccl" if group.num_gpus else "gloo"),
-        scaling_config=ScalingConfig(
-            num_workers=group.workers,
-            use_gpu=group.num_gpus > 0,
-            resources_per_worker=per_worker,
-            accelerator_type=group.accelerator_type,
-        ),
-        run_config=RunConfig(
-            name=run_name,
-            storage_path=storage,
-            failure_config=FailureConfig(max_failures=MAX_FAILURES, controller_failure_limit=1),
-            worker_runtime_env={"env_vars": env},
-        ),
-    )
+    relay = _Relay(progress) if progress is not None else None
     interrupt = signal.getsignal(signal.SIGINT)  # Ray Train sets its own and leaves it
-    relay = _Relay(steps, progress) if steps is not None else None
     try:
+        trainer = TorchTrainer(
+            _worker_loop,
+            train_loop_config={"config": config, "inputs": inputs, "steps": relay.steps if relay else None},
+            torch_config=TorchConfig(backend="nccl" if group.num_gpus else "gloo"),
+            scaling_config=ScalingConfig(
+                num_workers=group.workers,
+                use_gpu=group.num_gpus > 0,
+                resources_per_worker=per_worker,
+                accelerator_type=group.accelerator_type,
+            ),
+            run_config=RunConfig(
+                name=run_name,
+                storage_path=storage,
+                failure_config=FailureConfig(max_failures=MAX_FAILURES, controller_failure_limit=1),
+                worker_runtime_env={"env_vars": env},
+            ),
+        )
         result = trainer.fit()
     except TrainingFailedError as exc:
         raise RuntimeError(f"train_drafter on {group.workers} workers failed: {_first_failure(exc)}") from None
     finally:
         signal.signal(signal.SIGINT, interrupt)
-        if relay is not None:
-            relay.close()
         if "://" not in storage:
             shutil.rmtree(Path(storage) / run_name, ignore_errors=True)
+        if relay is not None:
+            relay.close()
     return result.return_value
 
 
 class _Relay:
-    """A thread of the job's task that hands rank 0's batches of steps to `progress`, each step once
-    and in order, until closed (then what is left in the queue too)."""
+    """Rank 0's steps on their way to the job's `progress`: a Ray queue on the job task's node (a
+    worker node lost takes no step with it), and a thread of the job task that hands each batch to
+    `progress`, each step once and in order, until closed (then what is left in the queue too).
+    Progress is best-effort: a queue that fails ends the showing, never the training."""
 
-    def __init__(self, steps, progress):
-        self.steps, self.progress, self.last = steps, progress, 0
+    def __init__(self, progress, steps=None):
+        self.steps = steps if steps is not None else _queue_here()
+        self.progress, self.last = progress, 0
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="train-group-steps", daemon=True)
         self.thread.start()
@@ -122,6 +123,8 @@ class _Relay:
                 self._show(self.steps.get(timeout=0.5))
             except Empty:
                 continue
+            except Exception:  # noqa: BLE001 - the queue is gone: nothing more to show
+                return
 
     def _show(self, batch) -> None:
         for step, total, loss in batch:
@@ -130,16 +133,27 @@ class _Relay:
                 self.progress(step, total, loss)
 
     def close(self) -> None:
-        from ray.util.queue import Empty
-
         self.done.set()
         self.thread.join()
         try:
             while True:
                 self._show(self.steps.get_nowait())
-        except Empty:
+        except Exception:  # noqa: BLE001 - Empty, or a queue that is gone
             pass
-        self.steps.shutdown()
+        try:
+            self.steps.shutdown()
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+
+def _queue_here():
+    """A Ray queue whose actor lives on this process's node."""
+    import ray
+    from ray.util.queue import Queue
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
 
 
 def _first_failure(exc) -> str:
@@ -154,6 +168,7 @@ def _worker_loop(loop_config: dict):
     steps as (step, total, loss) to the queue `steps` (when there is one), a batch every half second
     and the last at once, and returns (files, metrics); the others None."""
     import ray.train
+    import ray.train.torch
     import torch
 
     from workers.jobs.train_drafter import train_here
@@ -178,13 +193,24 @@ def _worker_loop(loop_config: dict):
             return
         pending.append((step, total, loss))
         if step == total or time.monotonic() - sent[0] >= 0.5:
-            steps.put(list(pending))
+            try:
+                steps.put(list(pending))
+            except Exception:  # noqa: BLE001 - the job's queue is gone: train on without showing
+                pass
             pending.clear()
             sent[0] = time.monotonic()
 
     resume = Resume(every=every, save=_save, latest=_latest)
+    # this worker's own GPUs: the workers of a node see all of the node's (for NCCL), not cuda:0 alone
+    devices = tuple(ray.train.torch.get_devices()) if config.group.num_gpus else None
     files, metrics = train_here(
-        config, inputs, num_gpus=config.group.num_gpus, progress=progress, replicas=replicas, resume=resume
+        config,
+        inputs,
+        num_gpus=config.group.num_gpus,
+        progress=progress,
+        replicas=replicas,
+        resume=resume,
+        devices=devices,
     )
     return (files, metrics) if replicas.rank == 0 else None
 

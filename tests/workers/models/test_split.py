@@ -1,6 +1,7 @@
-"""A target's layers split over several GPUs: the placement, checked on CPU (no second device here:
-the map's GPU indices are computed with given memory budgets, and loaded with each index relabelled
-to the CPU, which runs the same device-map path of transformers)."""
+"""A target's layers split over several GPUs: the placement, checked on CPU. There is no second device
+here, so the map's GPU indices are computed with given memory budgets, and the loader is shown to hand
+the map to transformers (relabelled to the CPU, where one device takes the whole model: the hooks that
+move activations between GPUs run only on a machine with several)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from workers.models import loading
 from workers.models.split import split_map
-from workers.runtime.device import hardware_of, pick_device, target_gpus
+from workers.runtime.device import hardware_of, pick_device, split_gpus, target_gpus
 
 GIB = 1 << 30
 
@@ -23,7 +24,7 @@ def _config(tiny_target, tied: bool):
 @pytest.mark.parametrize("gpus", [2, 3])
 def test_consecutive_layers_are_balanced_over_the_gpus_with_the_embedding_first(tiny_target, gpus):
     config = _config(tiny_target, tied=False)
-    placed = split_map(config, gpus, torch.float32, max_memory={i: GIB for i in range(gpus)})
+    placed = split_map(config, tuple(range(gpus)), torch.float32, max_memory={i: GIB for i in range(gpus)})
     layers = [placed[f"model.layers.{i}"] for i in range(config.num_hidden_layers)]
     assert layers == sorted(layers), "the layers run in order, GPU after GPU"
     assert set(layers) == set(range(gpus)), "every GPU holds layers"
@@ -34,7 +35,7 @@ def test_consecutive_layers_are_balanced_over_the_gpus_with_the_embedding_first(
 
 
 def test_a_tied_head_stays_with_the_embedding(tiny_target):
-    placed = split_map(_config(tiny_target, tied=True), 2, torch.float32, max_memory={0: GIB, 1: GIB})
+    placed = split_map(_config(tiny_target, tied=True), (0, 1), torch.float32, max_memory={0: GIB, 1: GIB})
     assert placed["lm_head"] == placed["model.embed_tokens"] == 0
     assert placed[f"model.layers.{tiny_target[0].config.num_hidden_layers - 1}"] == 1
 
@@ -42,9 +43,9 @@ def test_a_tied_head_stays_with_the_embedding(tiny_target):
 def test_more_gpus_than_layers_or_too_little_memory_is_refused(tiny_target):
     config = _config(tiny_target, tied=False)
     with pytest.raises(ValueError, match=f"num_gpus: {config.num_hidden_layers + 1} GPUs for a target of"):
-        split_map(config, config.num_hidden_layers + 1, torch.float32, max_memory={0: GIB})
+        split_map(config, tuple(range(config.num_hidden_layers + 1)), torch.float32, max_memory={0: GIB})
     with pytest.raises(ValueError, match="does not fit 2 GPUs"):
-        split_map(config, 2, torch.float32, max_memory={0: 1 << 16, 1: 1 << 16})
+        split_map(config, (0, 1), torch.float32, max_memory={0: 1 << 16, 1: 1 << 16})
 
 
 def test_a_split_target_loads_through_its_device_map_and_decodes_as_the_whole_one(tiny_target, tmp_path, monkeypatch):
@@ -54,7 +55,7 @@ def test_a_split_target_loads_through_its_device_map_and_decodes_as_the_whole_on
     maps = []
 
     def on_cpu(config, gpus, dtype):
-        placed = split_map(config, gpus, dtype, max_memory={i: GIB for i in range(gpus)})
+        placed = split_map(config, gpus, dtype, max_memory={i: GIB for i in gpus})
         maps.append(placed)
         return {name: "cpu" for name in placed}
 
@@ -66,7 +67,7 @@ def test_a_split_target_loads_through_its_device_map_and_decodes_as_the_whole_on
 
     monkeypatch.setattr(loading, "split_map", on_cpu)
     monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", spy)
-    split, _ = loading.load_model(folder=tmp_path, device=torch.device("cpu"), dtype=torch.float32, gpus=2)
+    split, _ = loading.load_model(folder=tmp_path, device=torch.device("cpu"), dtype=torch.float32, split=(0, 1))
     whole, _ = loading.load_model(folder=tmp_path, device=torch.device("cpu"), dtype=torch.float32)
     assert len(maps) == 1 and set(maps[0].values()) == {0, 1}
     # transformers is given the map; with one device in it here, it places the whole model there
@@ -76,10 +77,19 @@ def test_a_split_target_loads_through_its_device_map_and_decodes_as_the_whole_on
     assert not any(p.requires_grad for p in split.parameters())
 
 
-def test_the_gpus_a_target_is_split_over_and_the_hardware_key():
+def test_the_gpus_a_target_is_split_over_and_the_hardware_key(monkeypatch):
+    assert [split_gpus(n) for n in (0, 0.5, 1, 2, 3)] == [(), (), (), (0, 1), (0, 1, 2)]
     assert [target_gpus(n) for n in (0, 0.5, 1, 2, 8)] == [1, 1, 1, 2, 8]
     model = torch.nn.Linear(2, 2)
     assert hardware_of(model) == f"cpu {torch.get_num_threads()}t x1 float32"
-    if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="num_gpus=2"):
-            pick_device(2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert pick_device(1) == torch.device("cuda", 0)
+    with pytest.raises(RuntimeError, match="num_gpus=2 but torch sees 1 CUDA device"):
+        pick_device(2)
+
+
+def test_a_worker_splits_over_its_own_gpus(tiny_target):
+    """A group's worker on a node whose GPUs all workers see splits over the ones it was given."""
+    placed = split_map(_config(tiny_target, tied=False), (2, 3), torch.float32, max_memory={2: GIB, 3: GIB})
+    assert set(placed.values()) == {2, 3} and placed["model.embed_tokens"] == 2
