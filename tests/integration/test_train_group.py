@@ -1,6 +1,7 @@
-"""A drafter trained by a group of Ray Train workers through `specfleet run`: data parallel on the
-two-node cluster, sharded on the cluster `specfleet run` starts itself, each the drafter one process
-trains, recorded once; and a worker killed mid-training is survived from the group's last checkpoint."""
+"""A drafter trained by a group of Ray Train workers through `specfleet run`: data parallel and sharded
+on the two-node cluster (a worker on each node), each the drafter one process trains, recorded once;
+and, on the cluster `specfleet run` starts itself, a worker killed mid-training is survived from the
+group's last checkpoint."""
 
 from __future__ import annotations
 
@@ -92,9 +93,9 @@ def test_two_ddp_workers_on_two_nodes_train_the_one_process_drafter(workdir, ray
     assert len(runs) == 1 and runs[0].data.metrics["train_loss"] > 0  # one run, the group's loss
 
 
-def test_two_sharded_workers_on_the_cluster_specfleet_starts(workdir):
+def test_two_sharded_workers_on_two_nodes_train_the_one_process_drafter(workdir, ray_cluster):
     resources = {"train_drafter": {"workers": 2, "num_cpus": 1, "sharding": "fsdp"}}
-    done = _run(workdir, _spec("fsdp", 12, resources))
+    done = _run(workdir, _spec("fsdp", 12, resources), "--address", ray_cluster)
     assert done.returncode == 0, done.stderr[-3000:]
     job, fsdp, _ = _drafter(workdir, "fsdp")
     _, one, _ = _drafter(workdir, "one")
