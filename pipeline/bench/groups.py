@@ -53,8 +53,9 @@ def group_training_speed(config: TrainDrafterConfig, inputs: dict, *, steps: int
                     "workers": workers or 1,
                     "sharding": sharding,
                     "cpus_per_worker": cpus / (workers or 1),
-                    "tokens_per_s": metrics["tokens_seen"] / metrics["train_seconds"],
+                    "tokens_per_s": metrics["tokens_seen"] / (metrics["train_seconds"] - metrics["checkpoint_seconds"]),
                     "train_seconds": metrics["train_seconds"],
+                    "checkpoint_seconds": metrics["checkpoint_seconds"],
                     "wall_seconds": time.perf_counter() - t0,
                     "val_loss": metrics["val_loss"],
                 }

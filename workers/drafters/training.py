@@ -100,13 +100,14 @@ def fit(
     its state and finds the state of a run it continues (every worker calls fit alike); draws: the
     generators the loss draws from besides the batches', saved and restored with that state.
     Returns the metrics: last training loss, held-out loss, each step's held-out top-1 agreement
-    (val_top1_step<s>), seconds, tokens seen and the step a continued run resumed at."""
+    (val_top1_step<s>), seconds (and of them, a group's checkpoints'), tokens seen and the step a continued
+    run resumed at."""
     work = replicas.working_copy(drafter)  # the drafter itself, or (sharded) a copy the group shards
     model = replicas.wrap(LossModule(work, loss_of))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=train.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
-    steps, t0, loss_v, first = train.steps, time.perf_counter(), float("nan"), 0
+    steps, t0, loss_v, first, saving = train.steps, time.perf_counter(), float("nan"), 0, 0.0
     if resume is not None:
         first = resume.restore(model, opt, (gen, *draws))  # the step after the last one reported, 0 for a new run
     model.train()
@@ -122,7 +123,9 @@ def fit(
         if progress is not None:
             progress(step + 1, steps, loss_v)
         if resume is not None:
+            t_save = time.perf_counter()
             resume.report(step + 1, steps, model, opt, (gen, *draws), replicas.rank)
+            saving += time.perf_counter() - t_save
     seconds = time.perf_counter() - t0
     replicas.copy_back(model, work, drafter)
     loss_v = replicas.mean(loss_v)
@@ -134,6 +137,7 @@ def fit(
         "train_loss": loss_v,
         "val_loss": val_loss.item(),
         "train_seconds": seconds,
+        "checkpoint_seconds": saving,  # part of train_seconds: a group reporting its state (0 in one process)
         "tokens_seen": steps * train.batch_size * train.seq_len,
         "resumed_at_step": first,  # 0 for a run from the start; the saved step it continued from otherwise
     }

@@ -103,3 +103,4 @@ def test_a_groups_steps_arrive_while_it_trains(tmp_path, monkeypatch):
     # one batch every half second: the first steps were shown while the group still trained
     assert seen[0][0] < ended[0] - 0.2, (seen[0], ended, metrics)
     assert metrics["resumed_at_step"] == 0
+    assert 0 < metrics["checkpoint_seconds"] < metrics["train_seconds"]  # ten reports of the state, timed apart

@@ -30,6 +30,7 @@ def test_each_recipe_reports_the_steps_it_trained(tiny_target):
         _, metrics = train_mtp(target=target, tokenizer=tokenizer, spec=spec, seed=0, device=torch.device("cpu"))
         reported[recipe] = sorted(k for k in metrics if k.startswith("val_top1_step"))
         assert metrics["tokens_seen"] == 3 * 2 * 32 and metrics["val_loss"] > 0
+        assert metrics["checkpoint_seconds"] == 0  # one process reports no state
     assert reported == {"vanilla": ["val_top1_step0"], "recursive": [f"val_top1_step{s}" for s in range(3)]}
 
 
