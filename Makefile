@@ -56,7 +56,7 @@ TEST_WORKERS ?= 2
 test: install real lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 -m "not long"
 
-# the long tests (marker `long`: whole runs, real vLLM engines, Ray Train groups; about 35 minutes),
+# the long tests (marker `long`: whole runs, real vLLM engines, Ray Train groups; 12 minutes alone),
 # run by hand before a change to what they cover lands; their last record is kept in
 # tests/long_results.txt (with the commit it ran on)
 test-long: install real vllm
