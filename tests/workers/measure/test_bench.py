@@ -87,12 +87,11 @@ def test_the_bench_table_divides_what_it_says():
     assert "+20.0 ms (2x the job's time)" in {row[3] for row in ratios.rows}
     assert training.rows == (("1", "1000 (40%)", "1600 (0%)", "1.6x"),)
     assert "| 1 | 1000 (40%) | 1600 (0%) | 1.6x |" in training.markdown()
-    row = {"cpus_per_worker": 2.0, "tokens_per_s": 2000.0, "wall_seconds": 5.0, "val_loss": 2.5}
-    row["checkpoint_seconds"] = 0.0
+    row = {"cpus_per_worker": 2.0, "tokens_per_s": 2000.0, "checkpoint_seconds": 0.0, "wall_seconds": 5.0}
+    two = {"cpus_per_worker": 1.0, "tokens_per_s": 1500.0, "checkpoint_seconds": 7.3, "wall_seconds": 30.0}
     results["training_groups"] = [
-        {**row, "layout": "one process"},
-        {**row, "layout": "2 ddp workers", "cpus_per_worker": 1.0, "tokens_per_s": 1500.0, "wall_seconds": 30.0}
-        | {"checkpoint_seconds": 7.3},
+        {**row, "layout": "one process", "val_loss": 2.5},
+        {**two, "layout": "2 ddp workers", "val_loss": 2.5},
     ]
     *_, groups = bench_tables(results)
     assert groups.rows[1] == ("2 ddp workers", "1", "1500", "0.75x", "7.3 s", "30.0 s", "2.5000")
